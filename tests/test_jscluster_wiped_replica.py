@@ -187,7 +187,7 @@ async def _drill(tmp: str, command: list[str] | None, mode: str) -> dict:
         if other_down and command is None:
             # (Rillet) the wiped member starts recovering, without a vote: no leader while the third server is down
             acked_then = acked[0]
-            procs[w].wait_log(r"no state on disk for a member of a group this server had", 60)
+            procs[w].wait_log(r"for a member of a group this server had \(a wiped store\)", 60)
             seen_at = time.monotonic()
             while time.monotonic() - seen_at < 4.0:
                 code, _ = _get(https[w], "/healthz")

@@ -84,7 +84,7 @@ from rillet.raft.wal import WAL, MemWAL
 from rillet.durable import fsync_dir
 from rillet.jetstream.cluster.grouprun import _ops_of, _runner, shared_transport
 from rillet.jetstream.cluster.leadership import CONTROL, Leadership
-from rillet.jetstream.cluster.wipedmember import existing_member
+from rillet.jetstream.cluster import wipedmember
 from rillet.handles import cancelled
 
 TICK = 0.05  # seconds between ticks
@@ -307,7 +307,10 @@ class RaftGroup(Leadership):
                 self._save_boot()
         founding = self._founding_peers()
         # (a member that had acknowledged entries here and starts with nothing on disk: wiped. wipedmember)
-        wiped = not self.memory and not had_state and len(founding) != 1 and existing_member(self.server, self.name)
+        wiped = not self.memory and len(founding) != 1 and (
+            wipedmember.marked(self.dir) or not had_state and wipedmember.existing_member(self.server, self.name))
+        if wiped:
+            wipedmember.mark(self.dir)  # (wiped until caught up, whatever it holds meanwhile: across restarts too)
         recovering = recovering or wiped
         if rec.snapshot is not None and self._restore is not None:
             self._restore(rec.snapshot.data)
@@ -322,9 +325,9 @@ class RaftGroup(Leadership):
             self.log.notice(f"RAFT group {self.name!r}: the last stop was not clean, but the machine did not "
                             f"restart since (same boot id): nothing written was lost, no recovery needed")
         if wiped:
-            self.log.warn(f"RAFT group {self.name!r}: no state on disk for a member of a group this server had "
-                          f"(a wiped store): recovering, no vote until caught up from a leader and every voter "
-                          f"answered")
+            self.log.warn(f"RAFT group {self.name!r}: no state on disk (or not caught up since) for a member of a "
+                          f"group this server had (a wiped store): recovering, no vote until caught up from a leader "
+                          f"and every voter answered")
         elif recovering:
             n = self.node
             short = f", {n.tail_lost} committed entries missing from it" if n.tail_lost else ""
@@ -676,6 +679,8 @@ class RaftGroup(Leadership):
         if n.recoveries != self._recoveries:
             self._recoveries = n.recoveries
             self._save_boot()  # (the log is whole again in this boot)
+            if not self.memory:
+                wipedmember.unmark(self.dir)
             how = "caught up from the leader" if n.recovered_by == "leader" else "every member answered"
             self.log.notice(f"RAFT group {self.name!r}: recovered after the unclean stop ({how}; "
                             f"log at {n.last_index()}, commit {n.commit})")

@@ -18,12 +18,19 @@ layer, ``JetStreamCluster.members``):
 4. a live entry (a new stream, a scale-up, a move): nor here.
 
 A group whose name is ``old`` and whose member starts with no state on disk starts recovering without votes
-(``RaftGroup.start``). Memory-storage groups never do: after a restart every one of them starts empty, and
+(``RaftGroup.start``). That lasts until it has caught up, across restarts: a ``wiped`` file in the group's
+directory (``mark``, removed by ``unmark`` once it recovered), for a member stopped before it caught up holds a
+hard state and part of the log, and is no less wiped. Memory-storage groups never do: after a restart every one of them starts empty, and
 stalling every R3 memory stream while another server is down is a separate decision.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Optional
+
+from rillet.durable import fsync_dir
+
+MARKER = "wiped"  # in the group's WAL directory: a wiped member that has not caught up yet
 
 
 class MemberHistory:
@@ -88,3 +95,25 @@ def existing_member(server: Any, name: str) -> bool:
     cl = getattr(getattr(server, "jetstream", None), "cluster", None)
     h = getattr(cl, "members", None)
     return isinstance(h, MemberHistory) and name in h.old
+
+
+def marked(dirpath: str) -> bool:
+    """A member whose store was wiped and that has not caught up since (``mark``)."""
+    return os.path.exists(os.path.join(dirpath, MARKER))
+
+
+def mark(dirpath: str) -> None:
+    """Record durably that the member in ``dirpath`` was wiped and has not caught up."""
+    os.makedirs(dirpath, exist_ok=True)
+    with open(os.path.join(dirpath, MARKER), "wb") as f:
+        os.fsync(f.fileno())
+    fsync_dir(dirpath)
+
+
+def unmark(dirpath: str) -> None:
+    """The member caught up (it left the recovery): no longer wiped."""
+    try:
+        os.unlink(os.path.join(dirpath, MARKER))
+    except FileNotFoundError:
+        return
+    fsync_dir(dirpath)
