@@ -559,10 +559,10 @@ class Stream(DedupMixin, ReplyMixin):
             schedules.track_stored(self, subject, hdr, seq, res[1])
         if cfg.republish is not None:
             self._republish(subject, hdr, data, seq, res[1])
-        if self.consumers:
-            for c in list(self.consumers.values()):
-                c.on_stream_msg(seq, subject)
-        if cfg.retention == "interest":
+        hit = None  # (a consumer still open that took it: interest retention's question, answered once)
+        for c in list(self.consumers.values()) if self.consumers else ():
+            hit = c if c.on_stream_msg(seq, subject) is True and hit is None else hit
+        if cfg.retention == "interest" and (hit is None or hit.closed or self.consumers.get(hit.name) is not hit):
             self.jsa.after_stream_msg(self, seq, subject)
         if reply is not None and reply.__class__ is not bytes:  # an answer object (fastbatch.FastMsg, the MQTT store's)
             if reply.wait_write:  # (answered once written: held with the pass's PubAcks while gathered)
@@ -795,6 +795,9 @@ class Stream(DedupMixin, ReplyMixin):
         """The leader's side of what applying an entry did besides its own messages: consumers learn of
         removed messages, markers stored are handled like any stored message."""
         fx, self._fx = self._fx, []
+        if len(self.consumers) == 1 and fx[-1].__class__ is int and all(map(int.__instancecheck__, fx)):
+            next(iter(self.consumers.values())).on_stream_removes(fx)  # (removals only: one call, in order)
+            return
         for f in fx:
             if f.__class__ is int:
                 for c in list(self.consumers.values()):

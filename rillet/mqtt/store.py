@@ -189,7 +189,14 @@ class QoS1Store:
         conn = self.conn
         fifo = conn.ack_fifo
         if fifo and fifo[0] is self:
-            conn._drain_acks()
+            if self.rc or conn.closed or conn._acks_waiter is not None or (len(fifo) > 1 and fifo[1].e is not None):
+                conn._drain_acks()
+            else:  # (_drain_acks when this PUBACK alone is due, inline: the burst's usual case)
+                fifo.popleft()
+                conn.acks_unwritten += 1
+                conn.out += b"\x40\x02" + self.pi.to_bytes(2, "big")
+                if not conn.flush_pending:
+                    conn.flush_soon()
         return False
 
     def duplicate(self, dseq: int) -> None:
@@ -335,7 +342,9 @@ class JSA:
             ans.jsa = self
             ans.stream = stream
             stream.process(isubj, None, hdr, payload, fast=ans)
-            self.server.schedule_flush()
+            srv = self.server
+            if not srv._flush_scheduled:  # (schedule_flush's own first test, without its call)
+                srv.schedule_flush()
             return
         self._n += 1
         tok = b"%d" % self._n

@@ -329,16 +329,20 @@ class Consumer(DeliveryMixin, PushMixin, PullMixin, AckMixin, ControlMixin, Stat
 
     # ---- stream signals -----------------------------------------------------------------------------
 
-    def on_stream_msg(self, seq: int, subject: str) -> None:
-        if self.closed:
-            return
-        if seq >= self.sseq and self._matches(subject):
+    def on_stream_msg(self, seq: int, subject: str) -> bool | None:
+        """Stream message ``seq`` on ``subject`` was stored. True when this consumer is open and its filters
+        take ``subject``: the question interest retention asks next (``retention.on_new_msg``), answered here
+        once (``Stream._msg_done`` skips it for a stream message a consumer still open took)."""
+        if self.closed or not self._matches(subject):
+            return False
+        if seq >= self.sseq:
             if not self.npc_dirty:
                 self.npc += 1
             if self._running or self._scheduled or self.stream._wb_pending:
                 # (_wb_pending: the store gathers this pass's messages, written at its end: read back then, in
                 # one go, instead of a read now that writes them first)
-                self.kick()
+                if not self._scheduled:  # (kick's own first test, without its call: a burst kicks once)
+                    self.kick()
             elif self.active if self.is_push else bool(self.waiting):
                 # deliver now: the message goes out ahead of the publisher's PubAck, as from nats-server
                 try:
@@ -348,6 +352,7 @@ class Consumer(DeliveryMixin, PushMixin, PullMixin, AckMixin, ControlMixin, Stat
                 if not self._flush_soon:
                     self._flush_soon = True
                     self.loop.call_soon(self._flush_later)
+        return True
 
     def on_stream_remove(self, seq: int) -> None:
         if self.closed:
@@ -359,6 +364,21 @@ class Consumer(DeliveryMixin, PushMixin, PullMixin, AckMixin, ControlMixin, Stat
             self._propose(C_GONE, (seq, self.sseq))  # counts as acknowledged (kicks with max_ack_pending)
         elif seq in self.rdc:
             self._propose(C_GONE, (seq, self.sseq))
+
+    def on_stream_removes(self, seqs: list[int]) -> None:
+        """``on_stream_remove`` of each of ``seqs``, in order (the removals one stream entry made: the retention
+        removals of a batch of acks, which this consumer acknowledged, so mostly nothing to do: no call each)."""
+        if type(self).on_stream_remove is not Consumer.on_stream_remove:  # (a subclass's: each through it)
+            for seq in seqs:
+                self.on_stream_remove(seq)
+            return
+        for seq in seqs:
+            if self.closed:
+                return
+            if seq >= self.sseq:
+                self.npc_dirty = True
+            if seq in self.pending or seq in self.rdc:
+                self.on_stream_remove(seq)
 
     def on_purge(self) -> None:
         if self.closed:
