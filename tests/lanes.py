@@ -13,6 +13,7 @@ built; tests/test_lanes.py::test_compiled_lane_is_built fails then, unless RILLE
 from __future__ import annotations
 
 import contextlib
+import os
 
 import pytest
 
@@ -41,8 +42,10 @@ def parser_class(lane: str, name: str):
 def use_lane(lane_name: str, module_globals: dict):
     """Run a test module in one lane: its module-level ``ClientParser``, ``ServerParser`` and ``cp`` (the
     rillet.cluster.protocol module) names, what ``rillet.lane`` hands to connections created meanwhile
-    (in-process servers), the delivery executor, the client's PUB handler and the route's message
-    handlers become that lane's. Restored afterwards."""
+    (in-process servers), the delivery executor, the client's PUB handler, the route's message
+    handlers, a consumer's run of deliveries and the MQTT connection's twins (bulk read, session delivery)
+    become that lane's, and a server started as a subprocess meanwhile runs that lane (RILLET_PURE).
+    Restored afterwards."""
     from rillet.cluster import protocol as cp
     swaps: list[tuple[dict | object, str, object]] = []
     for key, kind in (("ClientParser", "ClientParser"), ("ServerParser", "ServerParser"), ("cp", "wire")):
@@ -92,6 +95,22 @@ def use_lane(lane_name: str, module_globals: dict):
     if lane_name == "compiled":
         from rillet._speedups._cjs import run_frames as frames
     swaps.append((consumer_delivery, "_run_frames", frames))
+    # an MQTT connection's bulk read and a session consumer's delivery (rillet.mqtt.publish.reference_fast_in,
+    # rillet.mqtt.subscribe.reference_on_js_msg, or their twins in rillet._speedups._cmqtt)
+    from rillet.mqtt import publish as mqtt_publish
+    from rillet.mqtt import subscribe as mqtt_subscribe
+    fast_in, on_js_msg = mqtt_publish.reference_fast_in, mqtt_subscribe.reference_on_js_msg
+    if lane_name == "compiled":
+        from rillet._speedups._cmqtt import fast_in, on_js_msg
+    swaps.append((mqtt_publish.PublishMixin, "_fast_in", fast_in))
+    swaps.append((mqtt_subscribe.SubscribeMixin, "_on_js_msg", on_js_msg))
+    # and a server run as a subprocess meanwhile (tests/helpers.ServerProcess, mqttdiff.Target: the environment
+    # is theirs) decides its lane from RILLET_PURE: set for the pure lane, removed for the compiled one
+    env_pure = os.environ.get("RILLET_PURE")
+    if lane_name == "compiled":
+        os.environ.pop("RILLET_PURE", None)
+    else:
+        os.environ["RILLET_PURE"] = "1"
     saved = []
     for target, key, value in swaps:
         if isinstance(target, dict):
@@ -108,3 +127,7 @@ def use_lane(lane_name: str, module_globals: dict):
                 target[key] = value
             else:
                 setattr(target, key, value)
+        if env_pure is None:
+            os.environ.pop("RILLET_PURE", None)
+        else:
+            os.environ["RILLET_PURE"] = env_pure

@@ -12,8 +12,18 @@ import nats
 import pytest
 
 from mqttdiff import TARGETS, Paho, Raw, mqtt_target
+from lanes import LANES, use_lane
 from rillet import jwt
 from rillet.mqtt import codec as C
+
+
+@pytest.fixture(autouse=True, scope="module", params=LANES)
+def _lane_under_test(request):
+    """Every test of this module in each lane (the pure-Python MQTT reads and deliveries, then their compiled
+    twins in rillet._speedups._cmqtt; a Rillet subprocess started meanwhile runs that lane)."""
+    with use_lane(request.param, globals()):
+        yield request.param
+
 
 ISSUER = jwt.new_keypair("A")
 

@@ -9,6 +9,16 @@ import nats
 import pytest
 
 from mqttdiff import TARGETS, connect_retry, mqtt_cluster
+from lanes import LANES, use_lane
+
+
+@pytest.fixture(autouse=True, scope="module", params=LANES)
+def _lane_under_test(request):
+    """Every test of this module in each lane (the pure-Python MQTT reads and deliveries, then their compiled
+    twins in rillet._speedups._cmqtt; a Rillet subprocess started meanwhile runs that lane)."""
+    with use_lane(request.param, globals()):
+        yield request.param
+
 
 pytestmark = [pytest.mark.parametrize("kind", TARGETS), pytest.mark.timeout(180)]
 

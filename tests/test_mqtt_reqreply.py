@@ -12,6 +12,16 @@ import nats
 import pytest
 
 from mqttdiff import TARGETS, Paho, mqtt_target
+from lanes import LANES, use_lane
+
+
+@pytest.fixture(autouse=True, scope="module", params=LANES)
+def _lane_under_test(request):
+    """Every test of this module in each lane (the pure-Python MQTT reads and deliveries, then their compiled
+    twins in rillet._speedups._cmqtt; a Rillet subprocess started meanwhile runs that lane)."""
+    with use_lane(request.param, globals()):
+        yield request.param
+
 
 pytestmark = pytest.mark.parametrize("kind", TARGETS)
 

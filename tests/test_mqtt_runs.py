@@ -9,13 +9,24 @@ from __future__ import annotations
 import asyncio
 
 import nats
+import pytest
 from mqttdiff import Raw
+from lanes import LANES, use_lane
 
 from rillet.app.embed import run_server
 from rillet.config.options import JetStreamOptions
 from rillet.jetstream.consumer import delivery
 from rillet.mqtt import codec as C
 from rillet.server import Options
+
+
+@pytest.fixture(autouse=True, scope="module", params=LANES)
+def _lane_under_test(request):
+    """Every test of this module in each lane (the pure-Python MQTT reads and deliveries, then their compiled
+    twins in rillet._speedups._cmqtt; a Rillet subprocess started meanwhile runs that lane)."""
+    with use_lane(request.param, globals()):
+        yield request.param
+
 
 N = 300
 
