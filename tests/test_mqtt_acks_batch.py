@@ -75,9 +75,11 @@ def _record_batches(monkeypatch) -> list[int]:
     sizes: list[int] = []
     real = acksmod.AckMixin.on_acks
 
-    def on_acks(self, subjects):
-        sizes.append(len(subjects))
-        return real(self, subjects)
+    def on_acks(self, subjects, sseqs=None):
+        # (the subjects' stream sequences come with them, as the deliveries read them: -1 marks a batch without)
+        ok = sseqs is not None and len(sseqs) == len(subjects)
+        sizes.append(len(subjects) if ok else -1)
+        return real(self, subjects, sseqs)
 
     monkeypatch.setattr(acksmod.AckMixin, "on_acks", on_acks)
     return sizes
@@ -110,7 +112,8 @@ async def test_pubacks_read_together_ack_together_in_any_order(tmp_path, monkeyp
         sub.send(C.Ack(C.PUBACK, rest[0]))
         await _until(lambda: not c.pending and st.store.state().msgs == 0)
         assert c.asflr == N and c.adflr == N and c.sseq == N + 1
-        assert sum(sizes) >= N - 1 and max(sizes) > 1, sizes  # (taken together, not one entry per PUBACK)
+        assert sum(sizes) >= N - 1 and max(sizes) > 1 and min(sizes) > 0, sizes  # (taken together, not one
+        # entry per PUBACK, each batch with its stream sequences)
         sub.close()
     async with run_server(_opts(store)) as srv:
         st = srv.jetstream.accounts["$G"].streams["$MQTT_msgs"].store.state()

@@ -125,9 +125,10 @@ def fast_in(self, data):
                     if ack:
                         al = acks.get(dur)
                         if al is None:
-                            acks[dur] = [ack]
+                            acks[dur] = ([ack], [sseq])
                         else:
-                            al.append(ack)
+                            al[0].append(ack)
+                            al[1].append(sseq)
                     if self.held:
                         self._send_held()
             elif first == 0xC0 and rl == 0:

@@ -166,7 +166,8 @@ class PublishMixin:
         store = self.asm.jsa.store_cb  # type: ignore[union-attr]
         pos = 0
         n = len(data)
-        acks: dict[str, list[bytes]] = {}  # PUBACKs read: the ack subjects owed, by durable (``_acks_out``)
+        # PUBACKs read: the ack subjects owed and their stream sequences (0: none in the subject), by durable
+        acks: dict[str, tuple[list[bytes], list[int]]] = {}
         sess = self.sess
         try:
             while pos + 1 < n and not self.closed:
@@ -240,9 +241,10 @@ class PublishMixin:
                         if ack:
                             al = acks.get(dur)
                             if al is None:
-                                acks[dur] = [ack]
+                                acks[dur] = ([ack], [sseq])
                             else:
-                                al.append(ack)
+                                al[0].append(ack)
+                                al[1].append(sseq)
                         if self.held:
                             self._send_held()
                 elif first == 0xC0 and rl == 0:
@@ -255,14 +257,15 @@ class PublishMixin:
                 self._acks_out(acks)
         return data[pos:] if pos else data
 
-    def _acks_out(self, acks: dict[str, list[bytes]]) -> None:
-        """The consumer acks for the PUBACKs ``_fast_in`` read, together per consumer (``JSA.ack_many``)."""
+    def _acks_out(self, acks: dict[str, tuple[list[bytes], list[int]]]) -> None:
+        """The consumer acks for the PUBACKs ``_fast_in`` read, together per consumer (``JSA.ack_many``, with the
+        stream sequences the deliveries' ack subjects were read for: not parsed again)."""
         jsa = self.asm.jsa  # type: ignore[union-attr]
-        for dur, subjects in acks.items():
+        for dur, (subjects, seqs) in acks.items():
             if len(subjects) == 1:
                 jsa.ack(subjects[0], dur)
             else:
-                jsa.ack_many(dur, subjects)
+                jsa.ack_many(dur, subjects, seqs)
 
     def _nats_interest(self, sb: bytes) -> tuple[Any, int, int, bool, list | None]:
         """(sublist, its inserts, its removes, interest, QoS 1/2 only) for a publish on subject ``sb``: interest is

@@ -435,11 +435,12 @@ class JSA:
         sub.icb(sub, ic, subject, None, -1, b"")
         self.server.schedule_flush()
 
-    def ack_many(self, durable: str, subjects: list[bytes]) -> None:
+    def ack_many(self, durable: str, subjects: list[bytes], seqs: list[int] | None = None) -> None:
         """``ack`` of several deliveries of consumer ``durable`` (the PUBACKs a connection read in one go), in
         order: where ``ack`` would hand them to the consumer's ack subscription and that is a consumer's own
         ``_on_ack``, the consumer takes them together (``on_acks``: one entry for all where its log is this
-        server's alone); the rest one by one (``ack``)."""
+        server's alone); the rest one by one (``ack``). ``seqs``: the stream sequence of each subject, as the
+        delivery read it from the subject (0: none), handed on so that the consumer does not parse them again."""
         acc = self.account
         sl = acc.sublist
         stamp = (sl._inserts, sl._removes)
@@ -460,10 +461,11 @@ class JSA:
             for subject in subjects:
                 if not subject.startswith(pre):
                     self.ack(subject, durable)
+            seqs = None  # (the consumer reads its own from its subjects)
         n = len(mine)
         self.ic.in_msgs += n
         sub.nm += n
-        cons.on_acks(mine)
+        cons.on_acks(mine, seqs)
         self.server.schedule_flush()
 
     def _ack_target(self, subject: bytes, durable: str, stamp: tuple[int, int]) -> tuple[tuple[int, int], bytes, Any]:

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 
 
+_NO_SUBJECTS: list[bytes] = []  # (never appended to)
+
+
 class AckMixin:
     # ---- acks ---------------------------------------------------------------------------------------
 
@@ -56,11 +59,14 @@ class AckMixin:
             else:
                 self.ic.publish(reply, None, b"")
 
-    def on_acks(self, subjects: list[bytes]) -> None:
+    def on_acks(self, subjects: list[bytes], sseqs: list[int] | None = None) -> None:
         """Plain acks (an empty body, no reply) of these ack subjects, in order: what ``_on_ack`` does with each,
         the acknowledged messages applied as one C_ACK entry (a list of stream sequences) where the consumer's
         log is this server's alone (``SingleNodeLog``: the entry is never encoded or sent) and acks are
-        explicit. Used for the PUBACKs an MQTT session's connection read in one go."""
+        explicit. Used for the PUBACKs an MQTT session's connection read in one go. ``sseqs``: the stream
+        sequence in each subject, already read by the caller from the subject this consumer made (0: the subject
+        has no ack numbers, skipped as ``_on_ack`` skips it); the subjects are then not parsed again, unless
+        acks are sampled (which needs each one's delivery count)."""
         if self.closed:
             return
         if self.clog.__class__ is not SingleNodeLog or self.ack_policy != "explicit" or self.flow_control:
@@ -72,6 +78,16 @@ class AckMixin:
         full = self.maxp and len(pending) >= self.maxp  # (as process_ack's kick: the first ack that frees room)
         need_kick = False
         seqs = []
+        if sseqs is not None and not self.sfreq:
+            for sseq in sseqs:  # (the loop below without the parse and the sampling)
+                if not sseq or sseq >= top:
+                    continue
+                if full and sseq in pending:
+                    need_kick = True
+                if self.rdqi:
+                    self._remove_rdq(sseq)
+                seqs.append(sseq)
+            subjects = _NO_SUBJECTS
         for subject in subjects:
             nums = _ack_numbers(subject)
             if nums is None:
