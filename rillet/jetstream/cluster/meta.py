@@ -318,7 +318,8 @@ class JetStreamCluster(MetaReconcile):
         if not self.running or self.isolated:
             return
         peers = sorted({self.peer, *(peer_id(name) for name in self.rillet_js.values())})
-        await self._start_group(peers)
+        # (a meta leader already running: this server joins an existing group, with no state: wipedmember)
+        await self._start_group(peers, running=bool(self._running_meta_leader()))
 
     def _running_meta_leader(self) -> str:
         """The meta leader another online Rillet JetStream server of ours named in its last statsz ("" when none
