@@ -128,7 +128,7 @@ class Recovery:
             # log left may be gone, and nothing bounds how far it went. Reported (from there on, the end unknown:
             # ``lost_open``), and no vote floor: this node stays out of elections, so that the survivors cannot
             # elect a leader that would give the lost indexes (and the owner's numbers) again. An operator
-            # resumes, accepting the loss (a rescued quorum on a survivor))
+            # resumes, accepting the loss (a rescued quorum on a survivor: Node.rescue))
             if not self.lost_open:
                 self.lost_open = True
                 self._found_lost(max_last + 1, max(max_last + 1, max_known), "wiped")

@@ -558,8 +558,8 @@ class StreamLossMixin:
             self.cs.js.log.error(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}' lost committed "
                                  f"RAFT entries from {first} on: fewer replicas than a quorum kept their logs (wiped "
                                  f"stores), so acknowledged messages past sequence {mark} may be missing; no leader is "
-                                 f"elected, so that no sequence is given again (to accept the loss and go on: a "
-                                 f"rescued quorum on the replica that kept its log)")
+                                 f"elected, so that no sequence is given again (nothing resumes it on its own: accepting "
+                                 f"the loss is an operator's decision)")
             self._lost_advisory()
             return
         self.data_lost = lossreport.merge(self.data_lost, found)
