@@ -583,6 +583,9 @@ class ServerProcess:
 
     @property
     def output(self) -> str:
+        if self.proc.poll() is not None:  # (exited: what it wrote is read to the end first; under load the
+            for t in self._threads:       # pumps may not have reached it yet)
+                t.join(5)
         with self._cond:
             return "\n".join(self.lines)
 
