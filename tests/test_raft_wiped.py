@@ -14,6 +14,7 @@ Three rillet.raft Nodes by hand: A leads and commits E with B while C is down; A
 """
 from __future__ import annotations
 
+import os
 import random
 
 from rillet.raft.msgs import RecoveryState, decode, encode
@@ -233,23 +234,19 @@ class _N:
         return self._last
 
 
-def test_member_history_cases():
-    from rillet.jetstream.cluster.wipedmember import MemberHistory
-    # case 1: re-applied from its own meta WAL (up to the last index recovered)
+def test_member_history_cases(tmp_path):
+    from rillet.jetstream.cluster.wipedmember import JOIN_FILE, MemberHistory
+    d = str(tmp_path / "meta")
+    # a brand-new server: stateless start, its first commit before any assignment; nothing old, nothing saved
     h = MemberHistory("me")
-    h.started(_N(term=3, last=40, commit=38))
-    assert h.is_old(40) and not h.is_old(41)
-    h.stream(_A("S-1", ["me", "x", "y"], {"c": _A("C-1", ["me", "x", "y"])}), h.is_old(12))
-    assert h.old == {"S-1", "C-1"}
-    # case 3: a member that started with state gets, by catch-up past its WAL, a group created meanwhile: not old
-    h.stream(_A("S-2", ["me", "x", "y"]), h.is_old(41))
-    assert "S-2" not in h.old
-    # an assignment not naming this server, and a live move away: not old (any more)
-    h.stream(_A("S-3", ["x", "y", "z"]), True)
-    h.stream(_A("S-1", ["x", "y", "z"]), False)
-    assert h.old == {"C-1"}  # (its consumer goes with its own assignment)
-    # case 2: a stateless start: what was committed before the first leader's commit heard is old
+    h.load(d)
+    h.started(_N())
+    h.committing(_N(commit=1))
+    h.stream(_A("S-0", ["me", "x", "y"]), h.is_old(2))
+    assert not h.old and not os.path.exists(os.path.join(d, JOIN_FILE))
+    # case 2: a wiped server (stateless start): what was committed before the first leader's commit heard is old
     h = MemberHistory("me")
+    h.load(d)
     h.started(_N())
     assert h.stateless_start and h.is_old(5)  # (nothing heard yet)
     assert h.restored()  # (a snapshot installed before it)
@@ -257,8 +254,26 @@ def test_member_history_cases():
     assert h.is_old(120) and not h.is_old(121) and not h.restored()
     h.committing(_N(commit=130, leader_commit=130))  # (only the first time counts)
     assert not h.is_old(125)
-    # a brand-new group: its first commit is the leader's first entry, every assignment comes later
+    h.stream(_A("S-1", ["me", "x", "y"], {"c": _A("C-1", ["me", "x", "y"])}), h.is_old(12))
+    assert h.old == {"S-1", "C-1"}
+    assert open(os.path.join(d, JOIN_FILE)).read() == "120"  # (saved before the member is created)
+    # case 4: a live entry (a new stream): not old; an assignment not naming this server, a move away: not old
+    h.stream(_A("S-2", ["me", "x", "y"]), h.is_old(121))
+    h.stream(_A("S-3", ["x", "y", "z"]), h.is_old(10))
+    h.stream(_A("S-1", ["x", "y", "z"]), h.is_old(130))
+    assert h.old == {"C-1"}  # (its consumer goes with its own assignment)
+    # restarted with state: the assignments up to the saved index are still old (a member not started or not
+    # caught up before the restart is still wiped); later ones, re-applied from the WAL, are not (case 1 alone)
     h = MemberHistory("me")
-    h.started(_N())
-    h.committing(_N(commit=1))
-    assert not h.is_old(2)
+    h.load(d)
+    h.started(_N(term=3, last=400, commit=390))
+    assert h.is_old(120) and not h.is_old(121) and not h.is_old(300)
+    h.starting = True
+    assert h.restored()  # (its own snapshot at start: which of them came before is not known)
+    # case 3: a server never wiped: catch-up past its WAL, replays of its WAL: not old
+    h = MemberHistory("me")
+    h.load(str(tmp_path / "other"))
+    h.started(_N(term=3, last=40, commit=38))
+    assert not h.is_old(12) and not h.is_old(41)
+    h.starting = True
+    assert not h.restored()

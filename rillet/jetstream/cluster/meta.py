@@ -349,6 +349,7 @@ class JetStreamCluster(MetaReconcile):
         g.on_foreign_peer = self._foreign_peer
         g.apply_batch = lambda begin: self.members.committing(g.node) if begin and g.node is not None else None
         self.group = g
+        self.members.load(g.dir)
         self.members.starting = True
         try:
             await g.start()
@@ -624,7 +625,7 @@ class JetStreamCluster(MetaReconcile):
                 res.stream.reply = ""
             if res.consumer is not None:
                 res.consumer.reply = ""
-        self._act(res, replay, replay or self.members.is_old(index))
+        self._act(res, replay, self.members.is_old(index))
         w = self._waiters.pop(index, None)
         if w is not None:
             w[1](res, None) if w[0] == data else w[1](None, NotLeader())

@@ -7,12 +7,14 @@ elect a member lacking entries that it and a server now down had committed, and 
 The signal is where the meta layer got the assignment naming this server (``MemberHistory``, kept by the meta
 layer, ``JetStreamCluster.members``):
 
-1. re-applied from this server's own meta WAL or snapshot at start: this server had the member before; if its
-   group starts with no state, the state was lost (``old``);
+1. re-applied from this server's own meta WAL at start: not by itself (a member that never wrote anything before
+   a crash, e.g. of a stream created just before a kill-all, holds no state either and acknowledged nothing);
+   only as in case 2, from the index saved then (``JOIN_FILE``);
 2. this server's meta member itself started without state (wiped, or brand new) and the assignment is one
    committed before it first heard the leader's commit (or came in a snapshot installed before): this server
    may have had the member in a previous life (``old``: conservative for a new server, which catches up from the
-   leader at once when the others are up);
+   leader at once when the others are up). That index is saved, so a restart before a member started still
+   finds it wiped;
 3. the meta member started with state and the assignment came by catch-up beyond its own WAL (a group created, or
    this server added, while it was down): it never had the member;
 4. a live entry (a new stream, a scale-up, a move): nor here.
@@ -31,6 +33,7 @@ from typing import Any, Optional
 from rillet.durable import fsync_dir
 
 MARKER = "wiped"  # in the group's WAL directory: a wiped member that has not caught up yet
+JOIN_FILE = "joined_at"  # in the meta group's directory: the join_commit of its last stateless start
 
 
 class MemberHistory:
@@ -41,42 +44,74 @@ class MemberHistory:
         self.peer = peer
         self.old: set[str] = set()
         self.stateless_start = False  # the meta member started with no state on disk
-        self.start_last = 0  # the last index of the meta log recovered at start (its own WAL)
         self.join_commit: Optional[int] = None  # (stateless start) the first leader's commit heard
+        # (a start with state) the join_commit of this server's last stateless start, saved (``JOIN_FILE``): the
+        # assignments up to it, re-applied from the WAL, are still of members it may have had before that
+        self.wiped_through = 0
+        self.dir = ""
+        self.saved = False
         self.starting = False  # within the meta group's start (a snapshot restored there is this server's own)
+
+    def load(self, dirpath: str) -> None:
+        """Before the meta group starts (in ``dirpath``): the index saved at this server's last stateless start."""
+        self.dir = dirpath
+        self.join_commit = None
+        self.saved = False
+        try:
+            with open(os.path.join(dirpath, JOIN_FILE), "rb") as f:
+                self.wiped_through = int(f.read().decode("ascii", "replace").strip() or 0)
+        except (OSError, ValueError):
+            self.wiped_through = 0
 
     def started(self, node: Any) -> None:
         """The meta group's node just started from what the WAL held."""
         self.stateless_start = node.term == 0 and node.last_index() == 0 and node.offset == 0
-        self.start_last = node.last_index()
-        self.join_commit = None
+        if self.stateless_start:
+            self.wiped_through = 0
+
+    def _save(self) -> None:
+        """(stateless start) ``join_commit`` saved, fsynced, once it is known and an old group was recorded (a
+        brand-new server or cluster saves nothing): before that group's member is created."""
+        if self.saved or not self.stateless_start or self.join_commit is None or not self.old or not self.dir:
+            return
+        os.makedirs(self.dir, exist_ok=True)
+        with open(os.path.join(self.dir, JOIN_FILE), "wb") as f:
+            f.write(str(self.join_commit).encode("ascii"))
+            os.fsync(f.fileno())
+        fsync_dir(self.dir)
+        self.saved = True
 
     def committing(self, node: Any) -> None:
         """(RaftGroup.apply_batch of the meta group) Committed entries are about to be applied (noops too): the
         first time, the commit index known then is the leader's as first heard (``join_commit``; a leader's own:
-        a brand-new group's first commit). What was committed up to there, this server may have had."""
+        a brand-new group's first commit). What was committed up to there, this server may have had. Saved
+        (fsynced) before any is applied: a member of those groups that has not started or caught up before the
+        next restart is still wiped then."""
         if self.stateless_start and self.join_commit is None:
             self.join_commit = max(node.leader_commit, node.commit)
+            self._save()
 
     def is_old(self, index: int) -> bool:
-        """Whether the meta entry at ``index``, being applied, is one this server had (case 1) or may have had
-        (case 2)."""
-        if index <= self.start_last:
-            return True
+        """Whether the meta entry at ``index``, being applied, is one of a group this server may have had a
+        member of before its meta state was lost (case 2; also re-applied at a later start)."""
         if not self.stateless_start:
-            return False
+            return index <= self.wiped_through
         return self.join_commit is None or index <= self.join_commit
 
     def restored(self) -> bool:
-        """Whether the assignments of a snapshot being restored are old: at start (this server's own) or on a
-        member that started stateless and had not yet heard the leader's commit."""
-        return self.starting or (self.stateless_start and self.join_commit is None)
+        """Whether the assignments of a snapshot being restored are old: at start, when this server's meta state
+        was lost once (``wiped_through``: which of them came before is not known); on a member that started
+        stateless and had not yet heard the leader's commit."""
+        if self.starting:
+            return self.wiped_through > 0
+        return self.stateless_start and self.join_commit is None
 
     def stream(self, sa: Any, old: bool) -> None:
         """A stream assignment applied (with its consumers)."""
         if self.peer in sa.group.peers:
             if old:
                 self.old.add(sa.group.name)
+                self._save()
         else:
             self.old.discard(sa.group.name)
         for ca in sa.consumers.values():
@@ -86,6 +121,7 @@ class MemberHistory:
         if self.peer in ca.group.peers:
             if old:
                 self.old.add(ca.group.name)
+                self._save()
         else:
             self.old.discard(ca.group.name)
 
