@@ -92,7 +92,7 @@ def big_pub(kind: str, conf: str, announced: int) -> dict:
 @pytest.mark.parametrize("announced, answer, reason", [
     (100_000_000, b"-ERR 'Maximum Payload Violation'\r\n", "Maximum Message Payload Exceeded"),
     (1_000_000_000, b"", "Protocol Violation"),  # (nats-server takes at most 9 digits: no -ERR)
-])
+], ids=["100MB", "1GB"])
 def test_a_payload_past_max_payload_is_refused_before_it_is_read(announced, answer, reason):
     """A PUB announcing 100 MB (max_payload 1 MB) is refused from its control line with nats-server's error
     and the connection closed (its /connz reason: nats-server's), one announcing 1 GB as a protocol
