@@ -556,8 +556,9 @@ class ConsumerLeading(PullRequests, GroupMigration):
         pending = self._npc
         reply = f"$JS.ACK.{self.stream}.{self.name}.{dc}.{sm.seq}.{dseq}.{sm.ts}.{pending}".encode()
         target = (wr.reply if wr is not None else self.deliver_subject).encode()
-        self._propose(ge.UpdateDelivered(dseq, sm.seq, dc, sm.ts).encode())
+        delivered = ge.UpdateDelivered(dseq, sm.seq, dc, sm.ts).encode()
         if self.ack_policy == "none" or self.flow_control:
+            self._propose(delivered)
             # (sent at once: nats-server replicates deliveries first only with acks and without flow control)
             if self.ack_policy == "none":
                 self.adflr, self.asflr = dseq, sm.seq
@@ -576,6 +577,9 @@ class ConsumerLeading(PullRequests, GroupMigration):
             self.held[sm.seq] = (target, reply, hdr + data, len(hdr) if hdr else -1, wr, sm.subject)
             if wr is not None:
                 wr.held += 1
+            # (proposed once held: a group of one, or a consumer without a group, commits and applies it within
+            # the call, and sends the delivery from there; proposed first, it stayed held, never delivered)
+            self._propose(delivered)
         if wr is not None:
             wr.n -= 1
             wr.d += 1
@@ -790,9 +794,9 @@ class ConsumerLeading(PullRequests, GroupMigration):
         return answered
 
     def _ack_update(self, dseq: int, sseq: int, reply: str) -> None:
-        self._propose(ge.UpdateAcks(dseq, sseq).encode())
         if reply:
-            self.replies[sseq] = reply
+            self.replies[sseq] = reply  # (before the proposal, which a group of one applies within the call)
+        self._propose(ge.UpdateAcks(dseq, sseq).encode())
         self.lat = time.time_ns()
 
     def _process_nak(self, sseq: int, dseq: int, dc: int, body: bytes) -> None:
