@@ -362,6 +362,51 @@ def test_a_replica_left_alone_drops_the_other_peers_and_keeps_its_log_position(t
         rep.store.stop()
 
 
+def test_a_group_grown_from_this_server_alone_and_its_leaders_reconcile_members(tmp_path):
+    """``grown_from``: the assignment of a scale-up from a group of one on this server, as nats-server 2.15.1's
+    meta leader writes it (recorded: the stream's desired state has an origin, its consumer's has none), whose
+    replica starts from the files and state of the group of one. ``members`` in a group leader's reconcile
+    request, as 2.15.1's stream leader sends them (recorded). A replica's files keep the stream's creation
+    time, which tells them after a restart even when the group was renamed meanwhile (``replica_created``)."""
+    from rillet.jetstream.cluster.gomigrate import reconcile_doc
+    from rillet.jetstream.cluster.gostream import files_of, grown_from, replica_created
+    g0, g1 = gw.peer_id("g0"), gw.peer_id("g1")
+    assert g0 == "uRE0XIhW" and g1 == "pKmyMGN4"
+    sa = {"name": "S-R2F-0W5q5YPw", "peers": [g0], "store": "file", "cluster": "C1", "desired": {
+        "created": "2026-11-30T10:40:45.627013374Z", "id": "fVQ1YALCkQwkMB6cjseI1b", "peers": [g0, g1],
+        "cluster": "C1", "preferred": g0, "members": [g0], "origin": {"peers": [g0], "cluster": "C1", "replicas": 1,
+                                                                      "placement": {"tags": ["keep"]}}}}
+    ca = {"name": "C-R2F-aJPKYGDm", "peers": [g0], "store": "file", "cluster": "C1", "desired": {
+        "created": "2026-11-30T10:40:46.561116771Z", "id": "fVQ1YALCkQwkMB6cjseIgh", "peers": [g0, g1],
+        "cluster": "C1", "preferred": g0, "members": [g0]}}
+    assert grown_from({"group": sa}, g0) and grown_from({"group": ca}, g0)
+    assert not grown_from({"group": sa}, g1) and not grown_from({"group": ca}, g1)
+    # not a scale-up from this server alone: a stable group of one, a move elsewhere, a grown R2
+    assert not grown_from({"group": {"name": "S-R1F-x", "peers": [g0]}}, g0)
+    assert not grown_from({"group": dict(sa, desired=dict(sa["desired"], peers=[g1, gw.peer_id("r1")]))}, g0)
+    assert not grown_from({"group": dict(sa, peers=[g0, g1], desired=dict(
+        sa["desired"], peers=[g0, g1, gw.peer_id("r1")], origin={"peers": [g0, g1], "replicas": 2}))}, g0)
+    doc = reconcile_doc({"id": "VPzFUAK62pCaIR6KvJm7GN", "term": 1, "meta_peers": [g1, g0], "members": [g0, g1],
+                         "match": True}, account="A", stream="KEPT")
+    assert json.dumps(doc, separators=(",", ":")) == (
+        '{"account":"A","stream":"KEPT","id":"VPzFUAK62pCaIR6KvJm7GN","term":1,"meta_peers":["pKmyMGN4",'
+        '"uRE0XIhW"],"members":["uRE0XIhW","pKmyMGN4"],"match":true}')
+    server = SimpleNamespace(system_account=object(), log=_Log(), name="r1", loop=None)
+    a = {"stream": {"name": "S", "subjects": ["s"], "storage": "file", "num_replicas": 2},
+         "group": {"name": "S-R2F-abcd1234", "peers": [g0, gw.peer_id("r1")]}, "created": "2026-11-30T10:40:40Z"}
+    rep = GoStreamReplica(server, "A", a, str(tmp_path))
+    rep.store.stop()
+    assert replica_created(str(tmp_path), "A", "S") == "2026-11-30T10:40:40Z"
+    assert replica_created(str(tmp_path), "A", "T") is None
+    # the stream's group renamed while this server was down (S-R2F -> S-R1F at the end of a scale-down): its files
+    # are still the stream's; not those of a stream of that name created anew, nor of another stream
+    renamed = dict(a, group={"name": "S-R1F-efgh5678", "peers": [gw.peer_id("r1")]})
+    assert files_of(str(tmp_path), "A", "S", a) and files_of(str(tmp_path), "A", "S", renamed)
+    assert not files_of(str(tmp_path), "A", "S", dict(renamed, created="2026-11-30T10:50:00Z"))
+    assert not files_of(str(tmp_path), "A", "S", dict(renamed, created=""))
+    assert not files_of(str(tmp_path), "A", "T", renamed)
+
+
 class _KeepTagGo(CAP.GoCluster):
     """g0 tagged ``keep`` (as r1 below), g1 not: a stream placed by that tag goes on g0 and r1."""
     def conf(self, name: str):
@@ -378,9 +423,15 @@ async def test_a_scale_down_to_the_rillet_replica_keeps_every_message_and_consum
     to R1 (``STREAM.UPDATE``), which keeps the leader: the group ends as r1 alone with no desired state, the
     shape of a one-replica assignment. r1 keeps its replica (it no longer hands the stream to gosolo, which
     created it empty after the replica's files were removed) and leads the group alone: every acknowledged
-    message is there, the consumer's delivered and ack floor are kept, a new publish is acknowledged (that the
-    consumer then delivers the new messages is not checked: it did not, docs/mixed-clusters.md). Then r1
-    restarts: the replica's files are found again (their group), the stream is served with all its messages."""
+    message is there, the consumer's delivered and ack floor are kept, new publishes are acknowledged and the
+    consumer delivers them and takes their AckSyncs (it did not: a group of one commits a delivery within its
+    proposal, before the delivery was held for it). nats-server does the same in an all-Go cluster (tried: 2 Go
+    + a Rillet meta member, the stream on the Go servers: the same delivered, ack floor and pending counts).
+    Then r1 restarts: the replica's files are found again (their group), the stream is served with all its
+    messages. Then the stream is scaled up again to R2: nats-server's meta leader names the group anew with a
+    desired state whose origin is r1 alone (the replica's files were removed and the stream lost). r1 leads the
+    new group from its files, adds g0, catches it up (snapshot, then $JSC.SYNC) and reports the change done
+    (with the ``members`` 2.15.1's meta leader waits for); g0, made leader, serves every message."""
     import nats
     from test_jscluster_gometa import _rillet_conf
     port = free_port()
@@ -390,8 +441,11 @@ async def test_a_scale_down_to_the_rillet_replica_keeps_every_message_and_consum
     name, key = "KEPT", ("A", "KEPT")
     conns: list = []
 
-    async def info(nc) -> dict:
-        return await _req(nc, f"$JS.API.STREAM.INFO.{name}", b"")
+    async def info(nc) -> dict:  # (polled: a request in the moment of a change of leader may go unanswered)
+        try:
+            return json.loads((await nc.request(f"$JS.API.STREAM.INFO.{name}", b"", timeout=5)).data)
+        except nats.errors.TimeoutError:
+            return {}
 
     async def all_there(nc, n: int) -> None:
         import base64
@@ -493,6 +547,18 @@ async def test_a_scale_down_to_the_rillet_replica_keeps_every_message_and_consum
             ci = await CAP._until(consumer_kept, 60, what="the consumer led by r1")
             assert ci["ack_floor"]["stream_seq"] == 4 and ci["delivered"]["stream_seq"] == 10, ci
             assert ci["num_pending"] == 2, ci  # (the messages published after)
+            got = []  # the consumer delivers them (it did not before: docs/mixed-clusters.md)
+            deadline = time.monotonic() + 30
+            while len(got) < 2 and time.monotonic() < deadline:
+                try:
+                    got += await psub.fetch(2 - len(got), timeout=5)
+                except nats.errors.TimeoutError:
+                    pass
+            assert [(g.data, g.metadata.sequence.stream) for g in got] == [(b"after", 11), (b"after", 12)], got
+            for g in got:
+                await g.ack_sync()  # (answered once applied: a group of one applies within the proposal)
+            ci = await _req(nc, f"$JS.API.CONSUMER.INFO.{name}.C", b"")
+            assert ci["delivered"]["stream_seq"] == 12 and ci["num_ack_pending"] == 6 and ci["num_pending"] == 0, ci
             for c in conns:
                 await c.close()
             conns.clear()
@@ -504,10 +570,7 @@ async def test_a_scale_down_to_the_rillet_replica_keeps_every_message_and_consum
             conns.append(nc)
 
             async def served_again():
-                try:
-                    si = await info(nc)
-                except nats.errors.TimeoutError:
-                    return None
+                si = await info(nc)
                 return si if (si.get("cluster") or {}).get("leader") == "r1" and \
                     si.get("state", {}).get("messages") == 12 else None
             await CAP._until(served_again, 90, what=f"{name} served by r1 after its restart, 12 messages")
@@ -515,6 +578,67 @@ async def test_a_scale_down_to_the_rillet_replica_keeps_every_message_and_consum
             await all_there(nc, 12)
             ack = await _req(nc, name, b"after")
             assert ack.get("seq") == 13, ack
+            # (the consumer's replica started anew with r1, its state in memory: given a state again, which the
+            # scale-up below carries over to the renamed group)
+            psub = await nc.jetstream().pull_subscribe_bind("C", name)
+            got = []
+            deadline = time.monotonic() + 30
+            while not got and time.monotonic() < deadline:
+                try:
+                    got += await psub.fetch(1, timeout=5)
+                except nats.errors.TimeoutError:
+                    pass
+            assert got, "no delivery after r1's restart"
+            await got[0].ack_sync()
+            before = await _req(nc, f"$JS.API.CONSUMER.INFO.{name}.C", b"")
+            assert before["ack_floor"]["stream_seq"] == before["delivered"]["stream_seq"] > 0, before
+
+            # scaled up again (R1 -> R2): nats-server's meta leader names the group anew, with a desired state
+            # whose origin is r1 alone. r1's replica keeps its files (they were removed: the stream lost), leads
+            # the new group at once and adds g0, which it catches up from a snapshot
+            async def scaled_up():
+                r = await _req(nc, f"$JS.API.STREAM.UPDATE.{name}", dict(cfg, num_replicas=2))
+                return "error" not in r
+            await CAP._until(scaled_up, 60, what=f"{name} scaled up to R2")
+
+            async def grown(leader: str):
+                si = await info(nc)
+                cl = si.get("cluster") or {}
+                reps = cl.get("replicas") or []
+                return si if (cl.get("leader") == leader and [x.get("name") for x in reps] == [
+                    {"r1": "g0", "g0": "r1"}[leader]] and reps[0].get("current")
+                    and si.get("state", {}).get("messages") == 13) else None
+            await CAP._until(lambda: grown("r1"), 60, what=f"{name} led by r1, g0 added and current")
+            try:
+                await _until(lambda: not m.state.streams[key]["group"].get("desired") and
+                             len(m.state.streams[key]["group"]["peers"]) == 2, 60, what="the scale-up finished")
+            except AssertionError:
+                raise AssertionError(f"the scale-up did not finish: {m.state.streams[key]['group']}, "
+                                     f"{m.state.consumers.get(key)}")
+            assert m.replicas[key].store.state().msgs == 13
+            await all_there(nc, 13)
+
+            async def on_g0():  # (g0's replica: every message served by it once it leads)
+                if await grown("g0"):
+                    return True
+                await _req(nc, f"$JS.API.STREAM.LEADER.STEPDOWN.{name}", {"placement": {"preferred": "g0"}})
+                return await grown("g0")
+            await CAP._until(on_g0, 60, what=f"{name} led by g0 with 13 messages")
+            await all_there(nc, 13)
+            ack = await _req(nc, name, b"after")
+            assert ack.get("seq") == 14, ack
+            await _until(lambda: m.replicas[key].store.state().msgs == 14, 30, what="r1's replica following g0")
+
+            async def consumer_on_g0():  # (the consumer's state, carried over to the new group, is g0's too)
+                ci = await _req(nc, f"$JS.API.CONSUMER.INFO.{name}.C", b"")
+                if (ci.get("cluster") or {}).get("leader") == "g0":
+                    return ci
+                await _req(nc, f"$JS.API.CONSUMER.LEADER.STEPDOWN.{name}.C", {"placement": {"preferred": "g0"}})
+                return None
+            ci = await CAP._until(consumer_on_g0, 60, what="the consumer led by g0")
+            def seqs(c: dict) -> tuple:
+                return tuple((c[k]["consumer_seq"], c[k]["stream_seq"]) for k in ("delivered", "ack_floor"))
+            assert seqs(ci) == seqs(before) and ci["num_ack_pending"] == 0, (before, ci)
     finally:
         for c in conns:
             if c.is_connected:

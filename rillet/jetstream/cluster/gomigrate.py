@@ -16,7 +16,8 @@ from reading its behaviour; the JSON is its layout):
   leadership to a desired peer first); and finally reports the peer set reached, which the meta leader
   records as the stable assignment (``desired`` gone). Its requests go to ``$SYS.JSC.STREAM.ASSIGNMENT.
   RECONCILE`` and ``$SYS.JSC.CONSUMER.ASSIGNMENT.RECONCILE`` as JSON (``account``, ``stream``[, ``consumer``],
-  ``id``, ``term``, ``scale_down_peers``, ``meta_peers``, ``match``), so a Go meta leader takes them too.
+  ``id``, ``term``, ``scale_down_peers``, ``meta_peers``, ``members``, ``match``), so a Go meta leader takes
+  them too (``members``, nats-server 2.15.1's: the leader and the peers caught up, beside ``meta_peers``).
 
 ``GroupMigration`` is the leader's half for ``GoStreamReplica`` and ``GoConsumerReplica`` (a mixin: their RAFT peer
 and meta member), run every half second while their group is migrating.
@@ -515,6 +516,11 @@ class GroupMigration:
             self.log.notice(f"JetStream {self.KIND} {self.group!r}: peer change step: {status}")
         self.migration_status = status
         if kind == "reconcile":
+            if arg.get("meta_peers"):
+                # (nats-server 2.15.1's group leader sends its members beside meta_peers: itself and the peers
+                # caught up; its meta leader ends a change only once they are all the desired peers. Without
+                # them, a change a Rillet leader carried out under a 2.15.1 meta leader was never ended)
+                arg = dict(arg, members=[self.peer] + sorted(current))
             doc = self._mig_reconcile_doc(arg)
             self.ic.publish(self._mig_subject().encode(), None, json.dumps(doc, separators=(",", ":")).encode())
         elif kind in ("add", "remove"):
@@ -540,6 +546,8 @@ def reconcile_doc(upd: dict, **names: str) -> dict:
         doc["scale_down_peers"] = list(upd["scale_down_peers"])
     if upd.get("meta_peers"):
         doc["meta_peers"] = list(upd["meta_peers"])
+    if upd.get("members"):
+        doc["members"] = list(upd["members"])
     if upd.get("match"):
         doc["match"] = True
     return doc

@@ -99,25 +99,30 @@ CATCHUP_STALL = 10.0  # seconds without a catch-up message before asking again
 SNAPSHOT_EVERY = 8192  # entries applied beyond the last snapshot before a replica compacts its in-memory log
 
 
-def _write_group(path: str, group: str) -> None:
-    """The group name beside a replica's files (``group``): after a restart, a stream its meta group left on this
-    server alone is known as the group these files belong to (host_streams: kept, not handed to gosolo)."""
-    f = os.path.join(path, "group")
-    try:
-        with open(f, "r") as fh:
-            if fh.read() == group:
-                return
-    except FileNotFoundError:
-        pass
-    with open(f + ".tmp", "w") as fh:
-        fh.write(group)
-    os.replace(f + ".tmp", f)
+def _write_group(path: str, group: str, created: str = "") -> None:
+    """The group name beside a replica's files (``group``), and the stream's creation time as its assignment
+    gives it (``created``: the same through every update and rename of its group, other for a stream of the
+    same name removed and created again): after a restart, a stream its meta group left on this server alone is
+    known as the one these files belong to (host_streams: kept, not handed to gosolo), even when its group was
+    renamed while this server was down."""
+    for fname, value in (("group", group), ("created", created)):
+        if fname == "created" and not value:
+            continue
+        f = os.path.join(path, fname)
+        try:
+            with open(f, "r") as fh:
+                if fh.read() == value:
+                    continue
+        except FileNotFoundError:
+            pass
+        with open(f + ".tmp", "w") as fh:
+            fh.write(value)
+        os.replace(f + ".tmp", f)
 
 
-def replica_group(store_dir: str, account: str, name: str) -> Optional[str]:
-    """The group whose replica files this server keeps for the stream, if any (``_write_group``)."""
+def _replica_file(store_dir: str, account: str, name: str, fname: str) -> Optional[str]:
     try:
-        path = os.path.join(store_dir, "go_streams", _safe(account), _safe(name), "group")
+        path = os.path.join(store_dir, "go_streams", _safe(account), _safe(name), fname)
     except ValueError:
         return None  # (a name no replica could have kept files under)
     try:
@@ -125,6 +130,16 @@ def replica_group(store_dir: str, account: str, name: str) -> Optional[str]:
             return fh.read()
     except FileNotFoundError:
         return None
+
+
+def replica_group(store_dir: str, account: str, name: str) -> Optional[str]:
+    """The group whose replica files this server keeps for the stream, if any (``_write_group``)."""
+    return _replica_file(store_dir, account, name, "group")
+
+
+def replica_created(store_dir: str, account: str, name: str) -> Optional[str]:
+    """The creation time of the stream whose replica files this server keeps, if known (``_write_group``)."""
+    return _replica_file(store_dir, account, name, "created")
 
 
 class GoStreamReplica(StreamLeading, GoMetaMember):
@@ -141,7 +156,7 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
                     else None)
         if self.dir is not None:
             os.makedirs(self.dir, exist_ok=True)
-            _write_group(self.dir, self.group)
+            _write_group(self.dir, self.group, str(assignment.get("created") or ""))
             self.store = FileStore(os.path.join(self.dir, "msgs"), _store_config(assignment["stream"], "file"),
                                    log=self._store_log)
             self._applied_path = os.path.join(self.dir, "applied")
@@ -643,6 +658,20 @@ class GoConsumerReplica(ConsumerLeading, GoMetaMember):
             self.raft.peers = set(peers)
             self.raft.cluster_size = len(peers)
 
+    def lead_alone(self) -> None:
+        """(GroupMigration.lead_alone) A group grown from this server alone with the state of its previous group
+        carried over (host_streams) but not in this group's log: the log starts with that state as a snapshot,
+        so that the peers added are sent it first, as nats-server's consumer leader sends its state to the group
+        when it scales up."""
+        r = self.raft
+        if self.consumer.has_state and r.pindex == 0 and not r._log and r.catchup is None:
+            r.term = max(r.term, 1)
+            r.base_index, r.base_term = 1, r.term
+            r.commit = r.applied = 1
+            r.snapshot_data = encode_consumer_state(self.consumer)
+            r.snapshot_peer_state = gw.PeerState((self.peer,), 1, r.domain_ext).encode()
+        super().lead_alone()
+
     def _pass_target(self) -> Optional[str]:
         """Elected without leading (``pass_leadership``): the group goes to a current Go peer, or else to any
         current peer (another Rillet server would hand it on again)."""
@@ -721,6 +750,32 @@ def _fresh(r: GoMetaMember) -> bool:
     return created > 0 and abs(time.time() - created) < NEW_GROUP_AGE
 
 
+def files_of(store_dir: str, account: str, name: str, sa: dict) -> bool:
+    """Whether the replica files this server keeps for the stream are those of the stream ``sa`` assigns: they
+    name its group, or, its group renamed while this server was down (a meta catch-up by snapshot shows the new
+    name only), its creation time, which every update and rename of its group keeps."""
+    if replica_group(store_dir, account, name) == str((sa.get("group") or {}).get("name") or ""):
+        return True
+    created = str(sa.get("created") or "")
+    return bool(created) and replica_created(store_dir, account, name) == created
+
+
+def grown_from(assignment: dict, me: str) -> bool:
+    """nats-server's isR1ScaleUpSource: the assignment grows a one-replica group whose only peer was this server
+    (a scale-up from R1: its desired state's origin is this server alone at one replica). nats-server's meta
+    leader names such a group anew (a group of one has no RAFT state to keep) and makes this server its
+    preferred peer, as the one with the data."""
+    g = assignment.get("group") or {}
+    d = g.get("desired") or {}
+    if len(d.get("peers") or ()) < 2 or me not in d["peers"]:
+        return False
+    o = d.get("origin")
+    if o is not None:
+        return o.get("replicas") == 1 and list(o.get("peers") or ()) == [me]
+    # (a consumer's desired state has no origin: its group of one, this server, grown with it as preferred)
+    return list(g.get("peers") or ()) == [me] and d.get("preferred") == me
+
+
 def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
                  lead: bool = False, stand: bool = False) -> dict[tuple, GoMetaMember]:
     """Follow every stream and consumer the meta group assigns to this server (and leave those it takes
@@ -749,7 +804,7 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
             return True  # (nats-server renames a group of one, e.g. at the end of a scale-down: the same stream)
         if not store_dir or key in solo.hosted:
             return False
-        return replica_group(store_dir, key[0], key[1]) == group
+        return files_of(store_dir, key[0], key[1], sa)
 
     def reconcile() -> None:
         me = member.peer
@@ -787,11 +842,15 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
                 # a group left as this server alone and renamed (nats-server names a group of one anew): the
                 # replica's files stay for the replica of the new name, a consumer's state goes over to it
                 alone = key in want and is_solo(want[key][1], me)
+                # the same for a group of one here grown again (a scale-up from R1, renamed once more): the
+                # replica of the new name starts from these files and this state, as nats-server's source of
+                # the scale-up keeps its stream and sends it to the new peers as a snapshot
+                grown = key in want and is_solo(r.assignment, me) and grown_from(want[key][1], me)
                 if isinstance(r, GoStreamReplica):
-                    r.stop(remove=not (alone and key in keep))
+                    r.stop(remove=not ((alone and key in keep) or grown))
                 else:
                     r.stop()
-                    if alone and isinstance(r, GoConsumerReplica) and r.consumer.has_state:
+                    if (alone or grown) and isinstance(r, GoConsumerReplica) and r.consumer.has_state:
                         carried[key] = r.consumer
                 del replicas[key]
         for key, (kind, a) in want.items():
@@ -859,6 +918,11 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
                 if is_solo(a, me) and isinstance(r, (GoStreamReplica, GoConsumerReplica)) and \
                         not getattr(r, "solo", False):
                     r.lead_alone()  # (the group left as this server alone, its replica kept: led alone)
+                elif grown_from(a, me) and r.raft.peers == {me} and \
+                        isinstance(r, (GoStreamReplica, GoConsumerReplica)):
+                    # (a group grown from this server alone: it leads at once, its log starting at what its
+                    # store holds, and adds the new peers, which it catches up from a snapshot)
+                    r.lead_alone()
 
     member.on_applied.append(reconcile)
     reconcile()
