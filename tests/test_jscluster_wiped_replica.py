@@ -178,6 +178,17 @@ async def _drill(tmp: str, command: list[str] | None, mode: str) -> dict:
                 procs[o].proc.kill()
             procs[o].stop()
             procs[o] = None
+            if command is None:
+                # (Rillet) the stream leader, alone, steps down within an election timeout (check-quorum); until
+                # then it could still catch the wiped member up and commit with it, safely: it leads with every
+                # committed entry. The point below is that no new leader is elected with the wiped member's vote
+                async def leaderless():
+                    try:
+                        d = await _api(nc, "$JS.API.STREAM.INFO.W", timeout=1)
+                    except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+                        return True
+                    return "error" in d or not (d.get("cluster") or {}).get("leader")
+                await _until(leaderless, 30, "the stream without a leader")
         t0 = time.monotonic()
         procs[w] = ServerProcess("-c", confs[w], command=command)
         procs[w].wait_ready(20)
