@@ -186,6 +186,30 @@ def test_double_wipe_reported_and_no_leader():
     assert c.s["C"].node.last_index() == c_last
 
 
+def test_double_wipe_with_a_live_leader_reports_nothing():
+    """Two members wiped one after the other while the third leads throughout: the leader holds every committed
+    entry (the wiped members gave no vote since), so nothing is lost: no report, both caught up from it."""
+    c, idx = _setup()
+    c.s["C"].start(seed=11)
+    for _ in range(300):
+        c.ticks(1)
+        if c.s["C"].node.commit >= idx and c.s["C"].node.last_index() >= idx:
+            break
+    ld = c.leader()
+    if ld.id != "C":
+        ld.node.transfer_leadership("C")
+        c.ticks(40)
+    assert c.leader() is not None and c.leader().id == "C"
+    c.s["A"].wipe()
+    c.s["A"].start(wiped_member=True, seed=12)
+    c.s["B"].wipe()
+    c.s["B"].start(wiped_member=True, seed=13)
+    c.ticks(200)
+    assert all(s.node.lost is None for s in c.s.values())
+    assert not c.s["A"].node.recovering and not c.s["B"].node.recovering
+    assert _at(c, idx) == {"A": b"E", "B": b"E", "C": b"E"}
+
+
 def test_double_wipe_unfixed_forks_silently():
     """The control: with both wiped members started as new ones, C leads without E and nobody reports it."""
     c, idx = _setup()
@@ -211,6 +235,7 @@ def test_recovery_state_wiped_field_defaults():
     m = RecoveryState(1, "A", "B", 3, 1, 3, 3)
     assert m.wiped is False
     assert decode(encode(RecoveryState(1, "A", "B", 0, 0, 0, 0, True, True, 0, True))).wiped is True
+    assert m.leader is False
 
 
 # ---- which members count as wiped: the meta layer's record (rillet/jetstream/cluster/wipedmember.py) ----------

@@ -148,6 +148,7 @@ class RecoveryState(_Msg, tag=10):
     voter: bool = True  # (the peer is a voter in its own log's configuration: a candidate it could be)
     known_mark: U64 = 0  # the highest owner's mark (HardState.mark) the peer saved or was told of
     wiped: bool = False  # (recovering) the peer started with no state at all (a wiped store): it kept no log
+    leader: bool = False  # the peer leads (in ``term``): it holds every committed entry, nothing is lost
 
 
 Message = Union[VoteRequest, VoteResponse, AppendEntries, AppendResponse, Heartbeat, HeartbeatResponse,

@@ -105,6 +105,9 @@ class Recovery:
         max_mark = self.known_mark
         recovering = 1 if self.id in self.voters else 0
         wiped = 1 if self.stateless and self.id in self.voters else 0
+        led = False  # (a voter leads: it was elected before the wipes, wiped members giving no vote, and holds
+        # every committed entry: it catches this node up, nothing is lost. Not covered: a deposed leader that the
+        # wiped members' answers to its heartbeats keep from stepping down)
         for p in self.voters:
             a = self.survey.get(p)
             if a is None:
@@ -123,7 +126,8 @@ class Recovery:
                 recovering += 1
             if a[6]:
                 wiped += 1
-        if len(self.voters) - wiped < self.quorum:
+            led = led or a[7]
+        if len(self.voters) - wiped < self.quorum and not led:
             # (fewer voters than a quorum kept their logs, the others wiped: whatever was committed past the best
             # log left may be gone, and nothing bounds how far it went. Reported (from there on, the end unknown:
             # ``lost_open``), and no vote floor: this node stays out of elections, so that the survivors cannot
@@ -260,13 +264,14 @@ class Recovery:
             pr.become_probe(pr.next)
         self.msgs.append(RecoveryState(self.term, self.id, m.frm, self.last_index(), self.last_term(), self.commit,
                                        max(self.known_commit, self.commit), self.recovering,
-                                       self.id in self.voters, self.known_mark, self.stateless))
+                                       self.id in self.voters, self.known_mark, self.stateless,
+                                       self.role == LEADER))
 
     def _handle_recovery_state(self, m: RecoveryState) -> None:
         if not self.recovering or m.frm not in self.voters:
             return
         self.survey[m.frm] = (m.last_term, m.last_index, m.known_commit, m.voter, m.recovering, m.known_mark,
-                              m.wiped)
+                              m.wiped, m.leader)
         if m.known_mark > self.survey_mark:
             self.survey_mark = m.known_mark
         if all(p in self.survey for p in self.voters if p != self.id):
