@@ -334,9 +334,11 @@ def test_leaf_argument_errors(data, detail):
 def test_leaf_max_payload():
     assert ok(b"LMSG foo 10\r\n0123456789\r\n", LEAF, max_payload=10)
     e = fails(b"LMSG foo 11\r\n", LEAF, max_payload=10)  # refused before the payload arrives
-    assert e.client_error == MAX_PAYLOAD_VIOLATION and e.reason == "Maximum Payload Exceeded"
+    # (nats-server's maxPayloadViolation: -ERR 'Maximum Payload Violation', closed as MaxPayloadExceeded, whose
+    # ClosedState string is "Maximum Message Payload Exceeded", as for a client)
+    assert e.client_error == MAX_PAYLOAD_VIOLATION and e.reason == "Maximum Message Payload Exceeded"
     e = fails(b"HMSG foo 0 11\r\n", LEAF, max_payload=10)
-    assert e.client_error == MAX_PAYLOAD_VIOLATION
+    assert e.client_error == MAX_PAYLOAD_VIOLATION and e.reason == "Maximum Message Payload Exceeded"
 
 
 def test_parser_refuses_pinning_other_kinds():

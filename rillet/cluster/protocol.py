@@ -462,7 +462,7 @@ class ServerParser(BufferedParser):
         mp = self.max_payload
         if mp is not None and size > mp:
             raise ProtocolError(MAX_PAYLOAD_VIOLATION, f"maximum payload exceeded: {size} vs {mp}",
-                                "Maximum Payload Exceeded")
+                                "Maximum Message Payload Exceeded")
 
     # ---- interest ---------------------------------------------------------------------------------------------
 
