@@ -465,10 +465,20 @@ def test_slow_consumer_is_cut_off(kind, tmp_path):
             p.send(b"".join(C.encode(C.Publish("flood", b"x" * 4000)) for _ in range(20)))
         p.send(C.PingReq())
         assert p.read(timeout=20) == C.PingResp()  # the publisher is not held back
-        time.sleep(1)
         base = f"http://127.0.0.1:{t.http_port}"
-        v = json.load(urllib.request.urlopen(base + "/varz"))
+        deadline = time.monotonic() + 20
+        while True:
+            v = json.load(urllib.request.urlopen(base + "/varz"))
+            if v["slow_consumers"] >= 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        # an MQTT connection is a client: counted as one in slow_consumer_stats and in its account ($G), as
+        # nats-server counts acc.stats.slowConsumers
         assert v["slow_consumers"] >= 1
+        assert v["slow_consumer_stats"] == {"clients": v["slow_consumers"], "routes": 0, "gateways": 0, "leafs": 0}
+        st = json.load(urllib.request.urlopen(base + "/accstatz?unused=1"))
+        g = [a for a in st["account_statz"] if a["acc"] == "$G"]
+        assert g and g[0]["slow_consumers"] == v["slow_consumers"], st
 
 
 def test_qos2_state_survives_reconnect_and_restart(kind, tmp_path):

@@ -30,6 +30,8 @@ from rillet.gocompat.gotime import format_seconds
 
 _wire = lane.wire  # the message frame builders of the running lane (rillet.lane)
 _CRLF = b"\r\n"
+# a connection's key in /varz slow_consumer_stats (nats-server's scStats)
+_SC_KIND = {ConnKind.ROUTER: "routes", ConnKind.GATEWAY: "gateways", ConnKind.LEAF: "leafs"}
 
 
 S2_AUTO_FIRST_PING = 1.0  # seconds (+ up to 20%): when an s2_auto connection first measures its RTT
@@ -387,7 +389,7 @@ class ServerConn(ConnBase, ReadPacer, asyncio.Protocol):
         out.clear()
         mp = self.server.opts.max_pending
         if t.get_write_buffer_size() > mp:
-            self.server.slow_consumers += 1
+            self._count_slow()
             self.server.log.notice(f"{self.log_prefix()} - Slow Consumer Detected: MaxPending of {mp} Exceeded")
             t.abort()
             self.close("Slow Consumer (Pending Bytes)")
@@ -441,19 +443,30 @@ class ServerConn(ConnBase, ReadPacer, asyncio.Protocol):
             sent = self._handed - size - kernel_unsent(t)  # (_peer_took, with size kept for the report below)
             if sent > self._wd_sent:
                 state = "State" if self._slow else "Detected"
-                if not self._slow:
-                    self._slow = True
-                    self.server.slow_consumers += 1
+                self._count_slow()
+                self._slow = True
                 self.server.log.notice(f"{self.log_prefix()} - Slow Consumer {state}: WriteDeadline of "
                                        f"{format_seconds(wd)} exceeded with {size} total bytes.")
                 self._wd_sent = sent
                 self._deadline_timer = self.server.loop.call_later(wd, self._write_deadline_check, wd)
                 return
-        self.server.slow_consumers += 1
-        self.server.log.notice(f"{self.log_prefix()} - Slow Consumer Detected: WriteDeadline of "
+        state = "State" if self._slow else "Detected"  # (as nats-server words it for one reported already)
+        self._count_slow()
+        self.server.log.notice(f"{self.log_prefix()} - Slow Consumer {state}: WriteDeadline of "
                                f"{format_seconds(wd)} exceeded with {t.get_write_buffer_size()} total bytes.")
         t.abort()
         self.close("Slow Consumer (Write Deadline)")
+
+    def _count_slow(self) -> None:
+        """A slow consumer report counted as nats-server does: each one in the server's total and the account's
+        (a leaf connection's, a pinned route's), in slow_consumer_stats by kind (a route once while it stays
+        slow: ``_slow``)."""
+        srv = self.server
+        if self.account is None and self.pinned_acc:  # (nats-server gives a pinned route its account)
+            acc = srv.accounts.get(self.pinned_acc)
+            if acc is not None:
+                acc.slow_consumers += 1
+        srv.count_slow(self, _SC_KIND.get(self.kind, "clients"), not self._slow)
 
     def _send_ping(self) -> None:
         self.send(cp.PING)

@@ -365,7 +365,7 @@ def varz(server: Any, http_req_stats: dict[str, int], cpu: procstats.CPUMeter) -
         stats = checker.cache.stats()
         if stats is not None:  # nats-server's OCSPResponseCacheVarz: zero counts left out
             v["ocsp_peer_cache"] = {k: n for k, n in stats.items() if n}
-    v["slow_consumer_stats"] = {"clients": server.slow_consumers, "routes": 0, "gateways": 0, "leafs": 0}
+    v["slow_consumer_stats"] = dict(server.sc_stats)  # (clients, routes, gateways, leafs)
     v["stale_connection_stats"] = {"clients": getattr(server, "stale_connections", 0), "routes": 0,
                                    "gateways": 0, "leafs": 0}
     v["disk_io_wait_stats"] = {"waiters": 0, "waits": 0, "wait_time": 0, "max_wait_time": 0}

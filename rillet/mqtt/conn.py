@@ -440,7 +440,7 @@ class MqttConn(ConnectMixin, PublishMixin, SubscribeMixin, asyncio.Protocol):
                 mp = self.server.opts.max_pending
                 if mp and t.get_write_buffer_size() > mp and not self.closed:
                     # the client does not read: cut off as nats-server cuts off a slow consumer
-                    self.server.slow_consumers += 1
+                    self.server.count_slow(self)  # (a client's count: the server's, its kind's, its account's)
                     self.server.log.notice(f"{self.log_prefix()} - Slow Consumer Detected: MaxPending of {mp} "
                                            f"Exceeded")
                     self.out.clear()

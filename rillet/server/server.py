@@ -158,7 +158,8 @@ class Server:
         self.staples: dict[str, Any] = {}  # listener -> rillet.server.ocsp_staple.StapleMonitor (ocsp stapling)
         self._ocsp_checker: Any = None  # rillet.server.ocsp.PeerChecker, once a tls block has ocsp_peer
         self.total_connections = 0
-        self.slow_consumers = 0
+        self.slow_consumers = 0  # every slow consumer report, as nats-server's total (a route's repeats too)
+        self.sc_stats = {"clients": 0, "routes": 0, "gateways": 0, "leafs": 0}  # /varz slow_consumer_stats
         self.pending_total = pendingtotal.PendingTotal(self)  # (the sum of the clients' pending output: max_pending_total)
         self.stalls = 0  # fast producers held back (/varz stalled_clients)
         self.stale_connections = 0
@@ -640,10 +641,14 @@ class Server:
             for c in batch:
                 c.write_out()
 
-    def count_slow(self, c: Client) -> None:
-        """A slow consumer counted in /varz and in its account (as nats-server's acc.stats)."""
+    def count_slow(self, c: Any, kind: str = "clients", first: bool = True) -> None:
+        """A slow consumer report counted as nats-server does: in /varz slow_consumers, its account (acc.stats) if
+        any, and slow_consumer_stats[kind] but for a route's repeat (``first`` False) while it stays slow."""
         self.slow_consumers += 1
-        c.account.slow_consumers += 1
+        if first or kind != "routes":
+            self.sc_stats[kind] += 1
+        if c.account is not None:
+            c.account.slow_consumers += 1
 
     def slow_consumer(self, c: Client, why: str) -> None:
         self.count_slow(c)
