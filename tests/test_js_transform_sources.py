@@ -252,20 +252,25 @@ async def _fetch(r: Raw, stream: str, filt: str, n: int) -> Any:
     pending = ans.get("num_pending")
     reply = f"_F.{n}"
     r.rc.sub(reply, f"f{n}")
-    r.rc.pub(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{name}", json.dumps({"batch": 20, "no_wait": True}), reply=reply)
-    got = []
-    while True:
-        try:
-            m = await r.rc.read_msg(2.0)
-        except AssertionError:
-            got.append("<timeout>")
+    got: list = []
+    for _ in range(10):  # (an R3 consumer just created may answer a no-wait request with nothing before its
+        r.rc.pub(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{name}",  # leader is ready: nats-server did once
+                 json.dumps({"batch": 20, "no_wait": True}), reply=reply)  # under load; asked again)
+        while True:
+            try:
+                m = await r.rc.read_msg(2.0)
+            except AssertionError:
+                got.append("<timeout>")
+                break
+            if m.reply and m.reply.startswith("$JS.ACK."):
+                got.append((m.subject, m.payload.decode()))
+            elif m.subject == reply:
+                break  # the end (a status)
+            else:
+                r.answers.setdefault(m.subject, []).append((norm_hdr(m.headers), m.payload))
+        if got or not pending:
             break
-        if m.reply and m.reply.startswith("$JS.ACK."):
-            got.append((m.subject, m.payload.decode()))
-        elif m.subject == reply:
-            break  # the end (a status)
-        else:
-            r.answers.setdefault(m.subject, []).append((norm_hdr(m.headers), m.payload))
+        await asyncio.sleep(0.3)
     return {"pending": pending, "delivered": got}
 
 
