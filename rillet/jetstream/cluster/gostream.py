@@ -105,19 +105,23 @@ def _write_group(path: str, group: str, created: str = "") -> None:
     same name removed and created again): after a restart, a stream its meta group left on this server alone is
     known as the one these files belong to (host_streams: kept, not handed to gosolo), even when its group was
     renamed while this server was down."""
-    for fname, value in (("group", group), ("created", created)):
-        if fname == "created" and not value:
-            continue
-        f = os.path.join(path, fname)
-        try:
-            with open(f, "r") as fh:
-                if fh.read() == value:
-                    continue
-        except FileNotFoundError:
-            pass
-        with open(f + ".tmp", "w") as fh:
-            fh.write(value)
-        os.replace(f + ".tmp", f)
+    _keep(path, "group", group)
+    if created:
+        _keep(path, "created", created)
+
+
+def _keep(path: str, fname: str, value: str) -> None:
+    """``value`` in ``path/fname`` (replaced whole), unless it holds it already."""
+    f = os.path.join(path, fname)
+    try:
+        with open(f, "r") as fh:
+            if fh.read() == value:
+                return
+    except FileNotFoundError:
+        pass
+    with open(f + ".tmp", "w") as fh:
+        fh.write(value)
+    os.replace(f + ".tmp", f)
 
 
 def _replica_file(store_dir: str, account: str, name: str, fname: str) -> Optional[str]:

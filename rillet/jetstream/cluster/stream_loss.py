@@ -551,24 +551,23 @@ class StreamLossMixin:
         mark = max(node.lost_mark if node is not None else 0, self.stream.store.last_seq)
         found = {"raft_first": first, "raft_last": last, "detected": format_time(now), "server": srv.name,
                  "seq_mark": mark}
-        if node is not None and node.lost_open:
+        is_open = node is not None and node.lost_open
+        if is_open:
             found["open_end"] = True
-            self.data_lost = lossreport.merge(self.data_lost, found)
-            self._save_lost()
+        self.data_lost = lossreport.merge(self.data_lost, found)
+        self._save_lost()
+        if is_open:
             self.cs.js.log.error(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}' lost committed "
                                  f"RAFT entries from {first} on: fewer replicas than a quorum kept their logs (wiped "
                                  f"stores), so acknowledged messages past sequence {mark} may be missing; no leader is "
                                  f"elected, so that no sequence is given again (nothing resumes it on its own: accepting "
                                  f"the loss is an operator's decision)")
-            self._lost_advisory()
-            return
-        self.data_lost = lossreport.merge(self.data_lost, found)
-        self._save_lost()
-        self.cs.js.log.error(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}' lost "
-                             f"{last - first + 1} committed RAFT entries ({first}..{last}): acknowledged messages "
-                             f"or operations may be missing (sequences up to {mark} are not given again)")
+        else:
+            self.cs.js.log.error(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}' lost "
+                                 f"{last - first + 1} committed RAFT entries ({first}..{last}): acknowledged messages "
+                                 f"or operations may be missing (sequences up to {mark} are not given again)")
         self._lost_advisory()
-        if self.log.is_leader and lossreport.pending(self.data_lost):
+        if not is_open and self.log.is_leader and lossreport.pending(self.data_lost):
             self._propose_lost(feed=False)
 
     def _tail_lost(self, first: int, last: int) -> None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-from rillet.durable import fsync_dir
+from rillet.durable import fsync_dir, make_dirs_durable, write_json
 
 MARKER = "wiped"  # in the group's WAL directory: a wiped member that has not caught up yet
 JOIN_FILE = "joined_at"  # in the meta group's directory: the join_commit of its last stateless start
@@ -74,11 +74,8 @@ class MemberHistory:
         brand-new server or cluster saves nothing): before that group's member is created."""
         if self.saved or not self.stateless_start or self.join_commit is None or not self.old or not self.dir:
             return
-        os.makedirs(self.dir, exist_ok=True)
-        with open(os.path.join(self.dir, JOIN_FILE), "wb") as f:
-            f.write(str(self.join_commit).encode("ascii"))
-            os.fsync(f.fileno())
-        fsync_dir(self.dir)
+        make_dirs_durable(self.dir)
+        write_json(self.dir, JOIN_FILE, self.join_commit)  # (an integer: read back by ``load``)
         self.saved = True
 
     def committing(self, node: Any) -> None:
@@ -108,16 +105,12 @@ class MemberHistory:
 
     def stream(self, sa: Any, old: bool) -> None:
         """A stream assignment applied (with its consumers)."""
-        if self.peer in sa.group.peers:
-            if old:
-                self.old.add(sa.group.name)
-                self._save()
-        else:
-            self.old.discard(sa.group.name)
+        self.consumer(sa, old)
         for ca in sa.consumers.values():
             self.consumer(ca, old)
 
     def consumer(self, ca: Any, old: bool) -> None:
+        """A consumer assignment applied (or a stream's: the same for its own group)."""
         if self.peer in ca.group.peers:
             if old:
                 self.old.add(ca.group.name)
@@ -140,7 +133,7 @@ def marked(dirpath: str) -> bool:
 
 def mark(dirpath: str) -> None:
     """Record durably that the member in ``dirpath`` was wiped and has not caught up."""
-    os.makedirs(dirpath, exist_ok=True)
+    make_dirs_durable(dirpath)
     with open(os.path.join(dirpath, MARKER), "wb") as f:
         os.fsync(f.fileno())
     fsync_dir(dirpath)
