@@ -307,8 +307,10 @@ def go_cluster(tmp_path):
         yield gc
     finally:
         gc.stop_all()
+    # (a Go meta leader that tries to snapshot while it is catching a follower up logs that it could not,
+    # whoever the follower is: its own timing, not a complaint about the follower's traffic)
     complaints = [line for n in gc.names for line in (tmp_path / f"{n}.log").read_text().splitlines()
-                  if _COMPLAINT.search(line)]
+                  if _COMPLAINT.search(line) and "can not be installed while catchups running" not in line]
     assert not complaints, "\n".join(complaints[:20])
 
 
