@@ -481,6 +481,25 @@ def test_slow_consumer_is_cut_off(kind, tmp_path):
         assert g and g[0]["slow_consumers"] == v["slow_consumers"], st
 
 
+def test_accstatz_and_accountz_count_mqtt_connections(kind, tmp_path):
+    """An MQTT connection is a client of its account: /accstatz lists the account (without ?unused) with the
+    connection and its messages counted, and /accountz counts it in client_connections, as nats-server does."""
+    with mqtt_target(kind, tmp_path, conf="") as t:
+        a = Raw(t.mqtt_port)
+        assert a.connect("acc-one") == C.ConnAck(False, 0)
+        a.send(C.Publish("acc/x", b"hi"))
+        a.send(C.PingReq())
+        assert a.read() == C.PingResp()
+        base = f"http://127.0.0.1:{t.http_port}"
+        st = json.load(urllib.request.urlopen(base + "/accstatz"))
+        g = [x for x in st["account_statz"] if x["acc"] == "$G"]
+        assert g and g[0]["conns"] == 1 and g[0]["total_conns"] == 1, st
+        assert g[0]["received"]["msgs"] >= 1, st
+        d = json.load(urllib.request.urlopen(base + "/accountz?acc=$G"))
+        assert d["account_detail"]["client_connections"] == 1, d
+        a.close()
+
+
 def test_qos2_state_survives_reconnect_and_restart(kind, tmp_path):
     with mqtt_target(kind, tmp_path, mqtt_conf='ack_wait: "1s"') as t:
         sub = Raw(t.mqtt_port)

@@ -169,8 +169,13 @@ def leafz(server: Any, q: Any) -> dict:
 # ---- accounts -----------------------------------------------------------------------------------------
 
 def account_clients(server: Any, acc: Any) -> list[Any]:
-    """The open client connections bound to ``acc`` (taken from the server's registry)."""
-    return [c for c in list(server.clients.values()) if c.account is acc]
+    """The open client connections bound to ``acc`` (taken from the server's registry), MQTT ones included
+    (nats-server counts them as clients of their account)."""
+    conns = [c for c in list(server.clients.values()) if c.account is acc]
+    ms = getattr(server, "mqtt", None)
+    if ms is not None:
+        conns += [c for c in ms.open_conns().values() if c.account is acc]
+    return conns
 
 
 def accountz(server: Any, q: Any) -> dict:
