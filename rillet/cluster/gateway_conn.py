@@ -24,6 +24,7 @@ from rillet import lane
 from rillet.cluster import protocol as cp
 from rillet.cluster.conn import ServerConn
 from rillet.cluster.routed import RemoteSub
+from rillet.server.connstate import count_stale
 from rillet.server.delivery import ConnKind
 from rillet.subjects.sublist import Sublist
 from rillet.gocompat.gotime import format_time, unix_ns
@@ -363,6 +364,7 @@ class GatewayConn(ServerConn):
         self._ping_timer = None
         if not self.closed and not self.info_received:
             self.server.log.debug(f"{self.log_prefix()} - Stale Client Connection - Closing")
+            count_stale(self.server, self)
             self.close("Stale Connection", "Stale Connection")
 
     def _ping_interval(self) -> float:

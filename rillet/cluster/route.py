@@ -20,6 +20,7 @@ from rillet.cluster import protocol as cp
 from rillet.cluster.conn import ServerConn
 from rillet.cluster.interest import Change, RemoteInterest
 from rillet.cluster.routed import RemoteSub
+from rillet.server.connstate import count_stale
 from rillet.server.delivery import ConnKind
 from rillet.gocompat.gotime import format_time, unix_ns
 
@@ -161,6 +162,7 @@ class RouteConn(ServerConn):
                 except OSError as e:
                     self.server.log.debug(f"{self.log_prefix()} - SO_LINGER: {e}")
             t.abort()
+        count_stale(self.server, self)
         self.close("Stale Connection")
 
     def _tls_checked(self, transport: asyncio.BaseTransport) -> bool:

@@ -337,7 +337,7 @@ def varz(server: Any, http_req_stats: dict[str, int], cpu: procstats.CPUMeter) -
     v["out_client_msgs"] = out_m
     v["out_client_bytes"] = out_b
     v["slow_consumers"] = server.slow_consumers
-    v["stale_connections"] = getattr(server, "stale_connections", 0)
+    v["stale_connections"] = server.stale_connections
     v["stalled_clients"] = server.stalls
     v["subscriptions"] = sum(a.sublist.count() for a in list(server.accounts.values()))
     v["http_req_stats"] = dict(sorted(http_req_stats.items()))
@@ -366,8 +366,7 @@ def varz(server: Any, http_req_stats: dict[str, int], cpu: procstats.CPUMeter) -
         if stats is not None:  # nats-server's OCSPResponseCacheVarz: zero counts left out
             v["ocsp_peer_cache"] = {k: n for k, n in stats.items() if n}
     v["slow_consumer_stats"] = dict(server.sc_stats)  # (clients, routes, gateways, leafs)
-    v["stale_connection_stats"] = {"clients": getattr(server, "stale_connections", 0), "routes": 0,
-                                   "gateways": 0, "leafs": 0}
+    v["stale_connection_stats"] = dict(server.stale_stats)  # (clients, routes, gateways, leafs)
     v["disk_io_wait_stats"] = {"waiters": 0, "waits": 0, "wait_time": 0, "max_wait_time": 0}
     v["rillet_lane"] = lane.LANE  # Rillet only: "compiled" or "pure" (rillet.lane)
     # Rillet only, for soak runs (scripts/soak.py): the event loop's tasks and the process's open descriptors

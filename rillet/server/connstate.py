@@ -18,6 +18,16 @@ else:
     _TIOCOUTQ = None
 
 
+_STALE_KIND = ("clients", "clients", "routes", "gateways", "leafs")  # by rillet.server.delivery.ConnKind
+
+
+def count_stale(srv: Any, c: Any) -> None:
+    """Connection ``c`` is closed as stale: counted in /varz stale_connections and stale_connection_stats by its
+    kind (and in statsz), as nats-server does."""
+    srv.stale_connections += 1
+    srv.stale_stats[_STALE_KIND[int(c.kind)]] += 1
+
+
 def kernel_unsent(t: Any) -> int:
     """Bytes the kernel holds for the peer in the socket's send queue (Linux TIOCOUTQ; 0 elsewhere): with what
     asyncio buffers, what the peer has not read yet (the write_timeout retry policy asks whether it read
@@ -146,6 +156,7 @@ class ConnBase:
         srv = self.server  # type: ignore[attr-defined]
         if self.pings_out + 1 > self._ping_max():  # type: ignore[has-type]
             srv.log.debug(f"{self.log_prefix()} - Stale Client Connection - Closing")
+            count_stale(srv, self)
             self.close("Stale Connection", "Stale Connection")  # type: ignore[attr-defined]
             return
         if self._ping_now():

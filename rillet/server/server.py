@@ -162,7 +162,8 @@ class Server:
         self.sc_stats = {"clients": 0, "routes": 0, "gateways": 0, "leafs": 0}  # /varz slow_consumer_stats
         self.pending_total = pendingtotal.PendingTotal(self)  # (the sum of the clients' pending output: max_pending_total)
         self.stalls = 0  # fast producers held back (/varz stalled_clients)
-        self.stale_connections = 0
+        self.stale_connections = 0  # (and by kind, stale_stats: rillet.server.connstate.count_stale)
+        self.stale_stats = {"clients": 0, "routes": 0, "gateways": 0, "leafs": 0}
         self._stopped = asyncio.Event()
         self._shutdown_task: asyncio.Task | None = None
         self.reload_count = 0

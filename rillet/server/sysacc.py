@@ -171,21 +171,42 @@ class SystemAccount:
         except Exception:
             cpu_pct = 0
         active = sum(1 for a in srv.accounts.values() if a.clients)
-        return {
+        ms = getattr(srv, "mqtt", None)
+        d: dict[str, Any] = {
             "start": format_time(unix_ns(srv.start_time)),
             "mem": procstats.rss_bytes(),
             "cores": procstats.cores(),
             "cpu": cpu_pct,
-            "connections": len(srv.clients),
+            # (MQTT connections are clients too, as in nats-server's count)
+            "connections": len(srv.clients) + (len(ms.open_conns()) if ms is not None else 0),
             "total_connections": srv.total_connections,
             "active_accounts": active,
             "subscriptions": sum(a.num_subs() for a in srv.accounts.values()),
             "sent": {"msgs": out_m, "bytes": out_b},
+            "sent_to_clients": {"msgs": out_m, "bytes": out_b},
             "received": {"msgs": in_m, "bytes": in_b},
+            "received_from_clients": {"msgs": in_m, "bytes": in_b},
             "slow_consumers": srv.slow_consumers,
-            "active_servers": 1,
-            "gomaxprocs": procstats.cores(),
         }
+        # the by-kind counts, the stale and stalled counts and the route and gateway lists only when not zero or
+        # empty, as nats-server leaves them out
+        if any(srv.sc_stats.values()):
+            d["slow_consumer_stats"] = dict(srv.sc_stats)
+        if srv.stale_connections:
+            d["stale_connections"] = srv.stale_connections
+        if any(srv.stale_stats.values()):
+            d["stale_connection_stats"] = dict(srv.stale_stats)
+        if srv.stalls:
+            d["stalled_clients"] = srv.stalls
+        routes = [_route_stat(r) for r in list(getattr(srv, "routes", {}).values())]
+        if routes:
+            d["routes"] = routes
+        gws = _gateway_stats(srv)
+        if gws:
+            d["gateways"] = gws
+        d["active_servers"] = 1
+        d["gomaxprocs"] = procstats.cores()
+        return d
 
     def statsz_msg(self) -> dict:
         d = {"server": self.server_info(), "statsz": self.statsz()}
@@ -413,3 +434,30 @@ def _raw_auth_user(c: Any) -> str:
     if co.auth_token:
         return "[REDACTED]"
     return ""
+
+
+def _msgs(m: int, b: int) -> dict:
+    return {"msgs": m, "bytes": b}
+
+
+def _route_stat(r: Any) -> dict:
+    """A route in statsz (nats-server's RouteStat)."""
+    t = r.transport
+    d = {"rid": r.cid}
+    if r.remote_name:
+        d["name"] = r.remote_name
+    return d | {"sent": _msgs(r.out_msgs, r.out_bytes), "received": _msgs(r.in_msgs, r.in_bytes),
+                "pending": (t.get_write_buffer_size() if t is not None else 0) + len(r.out)}
+
+
+def _gateway_stats(srv: Any) -> list[dict]:
+    """Each outbound gateway in statsz, with what its inbound connections from the same cluster received
+    (nats-server's GatewayStat)."""
+    ins = getattr(srv, "gateways_in", {})
+    out = []
+    for name, g in list(getattr(srv, "gateways_out", {}).items()):
+        conns = list(ins.get(name, ()))
+        out.append({"gwid": g.cid, "name": name, "sent": _msgs(g.out_msgs, g.out_bytes),
+                    "received": _msgs(sum(c.in_msgs for c in conns), sum(c.in_bytes for c in conns)),
+                    "inbound_connections": len(conns)})
+    return out
