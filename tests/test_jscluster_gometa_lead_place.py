@@ -19,6 +19,7 @@ from types import SimpleNamespace
 import pytest
 
 from helpers import free_port, serve_config
+from rillet.gocompat.gotime import time_ns
 from rillet.jetstream.cluster import gowire as ge
 from rillet.jetstream.cluster.golead import LEADER, GoRaftPeer
 from rillet.jetstream.cluster.gometa import Committed, GoMetaState
@@ -148,7 +149,9 @@ def test_scale_up_and_down_and_moves_are_desired_states():
     assert up.op == ge.OP_UPDATE_STREAM and not m.ic.sent
     assert ng["peers"] == [G0] and ng["name"] != g["name"] and ng["name"].startswith("S-R3F-")
     d = ng["desired"]
-    assert list(d) == ["id", "peers", "cluster", "preferred", "origin"]
+    # (as nats-server 2.15.1 writes a scale-up's first desired state: created, members = the peers of the moment)
+    assert list(d) == ["created", "id", "peers", "cluster", "preferred", "members", "origin"]
+    assert d["members"] == [G0] and time_ns(d["created"]) > time_ns(up.doc["created"])
     assert d["peers"][0] == G0 and len(d["peers"]) == 3 and d["preferred"] == G0
     assert len({TAGS[NAMES[p]][0] for p in d["peers"]}) == 3  # (one server per az)
     assert d["origin"] == {"peers": [G0], "cluster": "C1", "replicas": 1}

@@ -3,6 +3,7 @@ desired-state steps, the meta leader's and the group leader's halves, driven aga
 from __future__ import annotations
 
 import random
+import time
 
 from rillet.jetstream.cluster.gomigrate import (migrating, migration_step, reassign_stream_peers, reconcile_doc,
                                                reconcile_group, remap_consumers)
@@ -143,3 +144,26 @@ def test_member_of_a_group_being_created_votes_as_not_empty_until_it_has_a_histo
     assert vr.granted and not vr.empty  # (nats-server's initializing member: counts toward a quorum)
     p.append("append", "", "", gw.AppendEntry(ME, 1, 0, 0, 0, (gw.Entry(gw.ENTRY_NORMAL, b"x"),)), 0.0)
     assert p.pindex == 1 and not p.initializing
+
+
+def test_a_desired_state_carries_its_creation_time_and_members_as_nats_server_2_15_1_writes_them():
+    """nats-server 2.15.1's desired state (seen on the wire, a scale-up R1 to R3 on Go servers): ``created``
+    first, the time it was first made and kept by every later step; ``members`` before ``origin``, the group's
+    peers at first, then what the group leader's reconcile requests name."""
+    from rillet.gocompat.gotime import time_ns
+    rng = random.Random(2)
+    before = time.time_ns()
+    sa, _ = reassign_stream_peers(_sa([ME, R2]), [], True, 3, [ME, R2, R3], rng)
+    d = sa["group"]["desired"]
+    assert list(d)[0] == "created" and before <= time_ns(d["created"]) <= time.time_ns()
+    assert d["members"] == [ME, R2] and list(d)[-1] == "members"  # (no origin here)
+    d = dict(d, term=5)
+    g = dict(sa["group"], desired=d)
+    ng = reconcile_group(g, {"id": d["id"], "term": 5, "meta_peers": [ME, R2], "members": [ME]}, 3, False)
+    assert ng["desired"]["members"] == [ME] and ng["desired"]["created"] == d["created"]  # (members alone moved)
+    ng = reconcile_group(g, {"id": d["id"], "term": 5, "meta_peers": [ME, R2], "members": [ME, R2]}, 3, False)
+    assert ng is None  # (nothing new)
+    ng = reconcile_group(g, {"id": d["id"], "term": 5, "meta_peers": [ME, R2, R3], "members": [ME, R2]}, 3, False)
+    assert ng["scale_up"] and ng["desired"]["created"] == d["created"] and ng["desired"]["id"] != d["id"]
+    again, _ = reassign_stream_peers(dict(sa, group=ng), [R3], True, 3, [ME, R2, R3, G0], rng)
+    assert again["group"]["desired"]["created"] == d["created"]  # (a later desired state keeps it)

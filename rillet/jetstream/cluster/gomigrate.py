@@ -30,6 +30,7 @@ import random
 import time
 from typing import Any, Iterable, Optional
 
+from rillet.gocompat.gotime import format_time
 from rillet.raft import gowire as gw
 
 __all__ = ["STREAM_RECONCILE", "CONSUMER_RECONCILE", "target_peers", "missing_peers", "consumer_replicas",
@@ -91,7 +92,9 @@ def _with_desired(group: dict, target: dict) -> dict:
     term = int((target.get("desired") or {}).get("term") or 0)
     ng = copy.deepcopy(group)
     ng["name"] = target.get("name") or group.get("name")
-    d: dict[str, Any] = {"id": _new_id()}
+    # (nats-server 2.15.1 stamps a desired state with the time it was first made, kept by every later one, and
+    # starts its members with the group's peers of the moment; the group leader's reconcile requests update them)
+    d: dict[str, Any] = {"created": (old or {}).get("created") or format_time(time.time_ns()), "id": _new_id()}
     if term:
         d["term"] = term
     d["peers"] = list(target.get("peers") or [])
@@ -107,6 +110,7 @@ def _with_desired(group: dict, target: dict) -> dict:
             d["removed"] = removed
         if old.get("origin"):
             d["origin"] = copy.deepcopy(old["origin"])
+    d["members"] = list((old or {}).get("members") or group.get("peers") or [])
     ng["desired"] = d
     return ng
 
@@ -122,7 +126,8 @@ def _add_removed(d: dict, peers: Iterable[str]) -> None:
 
 def _order(d: dict) -> dict:
     """A desired state's fields in nats-server's order."""
-    keys = ("id", "term", "peers", "cluster", "preferred", "scale_down", "move", "removed", "origin")
+    keys = ("created", "id", "term", "peers", "cluster", "preferred", "scale_down", "move", "removed", "members",
+            "origin")
     return {k: d[k] for k in keys if k in d}
 
 
@@ -276,6 +281,12 @@ def reconcile_group(group: dict, upd: dict, replicas: int, done: bool) -> Option
     ng = copy.deepcopy(group)
     prev = sorted(ng.get("peers") or [])
     ng["peers"] = list(mp)
+    members = upd.get("members")
+    new_members = members is not None and list(members) != list(d.get("members") or [])
+    if new_members:
+        # (a 2.15.1 meta leader copies the leader's members into the desired state, a change of them alone
+        # proposed too: seen on the wire, a consumer group's desired state re-proposed with its peers unchanged)
+        ng["desired"]["members"] = list(members)
     if sorted(d.get("peers") or []) == sorted(mp) and upd.get("match") and done:
         ng["peers"] = list(d.get("peers") or [])
         if d.get("cluster"):
@@ -285,11 +296,12 @@ def reconcile_group(group: dict, upd: dict, replicas: int, done: bool) -> Option
         if len(ng["peers"]) >= replicas:
             ng.pop("excluded", None)
         return ng
-    if sorted(mp) == prev:
+    if sorted(mp) == prev and not new_members:
         return None
     if any(p not in prev for p in mp):
         ng["scale_up"] = True
     ng["desired"]["id"] = _new_id()
+    ng["desired"] = _order(ng["desired"])
     return ng
 
 
