@@ -142,6 +142,12 @@ def test_member_of_a_group_being_created_votes_as_not_empty_until_it_has_a_histo
     out = p.vote(gw.VoteRequest(1, 0, 0, ME), "_R_.v")
     vr = gw.VoteResponse.decode(out[0].payload)
     assert vr.granted and not vr.empty  # (nats-server's initializing member: counts toward a quorum)
+    # as nats-server's processVoteRequest: once its vote went to another candidate of the term, or for a stale
+    # term, its empty log answers as empty again
+    vr = gw.VoteResponse.decode(p.vote(gw.VoteRequest(1, 0, 0, R3), "_R_.v")[0].payload)
+    assert not vr.granted and vr.empty
+    vr = gw.VoteResponse.decode(p.vote(gw.VoteRequest(0, 0, 0, R3), "_R_.v")[0].payload)
+    assert not vr.granted and vr.empty
     p.append("append", "", "", gw.AppendEntry(ME, 1, 0, 0, 0, (gw.Entry(gw.ENTRY_NORMAL, b"x"),)), 0.0)
     assert p.pindex == 1 and not p.initializing
 

@@ -150,7 +150,9 @@ class GoRaftFollower:
 
     # -- votes ----------------------------------------------------------------------------------------
     def vote(self, vr: gw.VoteRequest, reply: str) -> list[Out]:
-        resp_empty = self.pindex == 0 and not self.initializing
+        # (as nats-server's processVoteRequest: an empty log answers as empty, unless the node is initializing
+        # and its vote is free for this candidate -- a stale term's answer stays empty)
+        resp_empty = self.pindex == 0
         if vr.term < self.term:
             return self._vote_out(reply, False, resp_empty)
         if vr.term > self.term:
@@ -158,7 +160,10 @@ class GoRaftFollower:
             self.term = vr.term
             self.vote_for = ""
             self.leader = ""
-        granted = (self.vote_for in ("", vr.candidate)
+        vote_ok = self.vote_for in ("", vr.candidate)
+        if vote_ok and resp_empty and self.initializing:
+            resp_empty = False
+        granted = (vote_ok
                    and (vr.last_term > self.pterm or (vr.last_term == self.pterm and vr.last_index >= self.pindex)))
         if granted:
             self.vote_for = vr.candidate
@@ -248,6 +253,7 @@ class GoRaftFollower:
                 self.base_index, self.base_term = ae.pindex, ae.pterm
                 self.snapshot_data, self.snapshot_peer_state = ae.entries[0].data, ae.entries[1].data
                 self.commit = self.applied = ae.pindex
+                self.initializing = False  # (as nats-server's node installing a leader's snapshot)
                 return self._resp(reply, True), [Committed(ae.pindex, ae.entries[0], snapshot=True)]
             else:
                 inbox = self._start_catchup(ae, now)

@@ -885,18 +885,24 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
                 r.rillet_peers = member.rillet_peers
             grp = a.get("group") or {}
             rillet = member.rillet_peers | {me}
-            new_group = (lead and stand and current and not getattr(r, "solo", False) and r.raft.pindex == 0
-                         and not grp.get("desired") and _fresh(r) and grp.get("preferred") in rillet
+            # a member of a group being created (whoever leads it): as nats-server's node made for an assignment
+            # that is not replayed at start-up (``Recovering``) with an empty log, it is initializing, its
+            # empty log voting as a full one until it holds an entry. (A restarted server's replica is not: its
+            # log was in memory, its empty log must not help elect a leader lacking what it acknowledged;
+            # ``_fresh`` tells them apart by the store and the assignment's age.)
+            creating = (current and not getattr(r, "solo", False) and r.raft.pindex == 0 and not grp.get("desired")
+                        and _fresh(r))
+            if creating:
+                r.raft.initializing = True
+            new_group = (creating and lead and stand and grp.get("preferred") in rillet
                          and (member.raft.leader in rillet or set(grp.get("peers") or ()) <= rillet))
             if new_group:
                 # a new group whose preferred peer is a Rillet server, placed by a Rillet meta leader (it
                 # prefers a Go server whenever one is online, so none is), or by a Go meta leader on Rillet
                 # servers only (a cluster of Rillet servers in a super-cluster: no Go peer would ever stand). A
                 # Go meta leader's choice of a Rillet server in a group with Go peers is left to the Go peers'
-                # election: docs/mixed-clusters.md. As nats-server's members of a group being created, our empty
-                # log votes as a full one, and the preferred peer campaigns at once and answers the create once
-                # elected
-                r.raft.initializing = True
+                # election: docs/mixed-clusters.md. The preferred peer campaigns at once and answers the create
+                # once elected
                 if grp.get("preferred") == me:
                     r.create_reply = str(a.get("reply") or "")
             r.start()
