@@ -180,7 +180,8 @@ def test_meta_leader_api_places_streams_and_consumers_with_a_go_preferred_leader
     _request(m, "$JS.API.STREAM.UPDATE.*", "$JS.API.STREAM.UPDATE.S", {"name": "S", "num_replicas": 1})
     down = ge.decode_entry(proposed[0][0].data).doc["group"]
     assert down["peers"] == g["peers"] and down["name"] == g["name"]
-    assert list(down["desired"]) == ["id", "peers", "cluster", "preferred", "scale_down", "origin"]
+    assert list(down["desired"]) == ["created", "id", "peers", "cluster", "preferred", "scale_down", "members",
+                                     "origin"]
     assert down["desired"]["peers"] == g["peers"] and down["desired"]["scale_down"] is True
     assert down["desired"]["origin"] == {"peers": g["peers"], "cluster": "C1", "replicas": 3}
     proposed.clear()
@@ -317,7 +318,7 @@ def test_meta_leader_server_remove_proposes_the_removal_then_re_places_replicas_
     nsa = ge.decode_entry(proposed[0][0].data)
     g = nsa.doc["group"]
     assert nsa.op == ge.OP_ASSIGN_STREAM and g["peers"] == [ME, R2] and "preferred" not in g
-    assert list(g["desired"]) == ["id", "peers", "cluster", "removed"]
+    assert list(g["desired"]) == ["created", "id", "peers", "cluster", "removed", "members"]
     assert sorted(g["desired"]["peers"]) == sorted([ME, R2, R3]) and g["desired"]["removed"] == [B]
     # the consumer: on the stream's peers, scaling down from its old set, B removed
     nca = ge.decode_entry(proposed[1][0].data)
