@@ -302,3 +302,57 @@ def test_member_history_cases(tmp_path):
     assert not h.is_old(12) and not h.is_old(41)
     h.starting = True
     assert not h.restored()
+
+
+def _double_wipe_reported() -> tuple[Cluster, int, int]:
+    c, idx = _setup()
+    c_last = c.s["C"].entries[-1][0]
+    c.s["A"].wipe()
+    c.s["B"].wipe()
+    c.s["C"].start(seed=11)
+    c.s["A"].start(wiped_member=True, seed=12)
+    c.s["B"].start(wiped_member=True, seed=13)
+    assert c.leaders_seen(200) == set()
+    return c, idx, c_last
+
+
+def test_double_wipe_survivor_learns_the_loss():
+    """C kept its log and is not recovering (it makes no survey of its own): the wiped members' queries tell it
+    the loss (RecoveryQuery.lost_from), so it reports it too."""
+    c, idx, c_last = _double_wipe_reported()
+    n = c.s["C"].node
+    assert not n.recovering
+    assert n.lost_open and n.lost_by == "wiped" and n.lost is not None and n.lost[0] == c_last + 1
+    assert n.lost_events == 1
+
+
+def test_double_wipe_resumed_when_the_loss_is_accepted():
+    """An operator accepts the loss on one wiped member (rillet/jetstream/cluster/resume.py): its survey sets
+    the vote floor at C's log, C (the best log left) is elected with its vote, both wiped members catch up from
+    C, and the loss stays reported everywhere. E's index is given again: what the loss accepted."""
+    c, idx, c_last = _double_wipe_reported()
+    assert c.s["C"].node.accept_loss()  # (not recovering: nothing to do but report it was known)
+    assert c.leaders_seen(100) == set()  # (C's acceptance alone changes nothing: the wiped members refuse)
+    assert c.s["A"].node.accept_loss()
+    seen = c.leaders_seen(300)
+    assert seen == {"C"}, seen
+    c.s["C"].node.propose(b"after")
+    c.ticks(60)
+    for nid in IDS:
+        n = c.s[nid].node
+        assert not n.recovering and not n.stateless and not n.loss_accepted, nid
+        assert n.lost is not None and n.lost[0] == c_last + 1 and n.lost_open, nid
+    logs = {s.id: [(e[0], e[1], e[3]) for e in s.entries if e[0] > 0] for s in c.s.values()}
+    assert logs["A"] == logs["B"] == logs["C"]
+    assert logs["C"][-1][2] == b"after"
+    assert _at(c, idx)["C"] != b"E"  # (E is gone: the loss accepted)
+    assert not c.s["A"].node.accept_loss()  # (a leader is known: nothing to accept)
+
+
+def test_accept_loss_without_a_loss_does_nothing():
+    """accept_loss on a member of a group that lost nothing (one wiped member, the others up) is refused and
+    changes nothing."""
+    while_down, at, c = run_single(fixed=True)
+    for s in c.s.values():
+        assert not s.node.accept_loss()
+        assert not s.node.loss_accepted

@@ -133,6 +133,9 @@ class RecoveryQuery(_Msg, tag=9):
     (a leader lacking entries up to it knows they were lost: ``Node._check_queried``)."""
     known_mark: U64 = 0
     known_commit: U64 = 0
+    # (a wiped member's survey found fewer voters than a quorum kept their logs: ``Node.lost_open``) the first
+    # index that may be lost: the peer learns the loss too (a survivor that is not recovering makes no survey)
+    lost_from: U64 = 0
 
 
 class RecoveryState(_Msg, tag=10):

@@ -43,6 +43,24 @@ class Recovery:
     # (a stateless start, ``stateless``: fewer voters than a quorum kept their logs) ``lost`` starts where the
     # best log left ends and its end is unknown: committed entries may go further
     lost_open = False
+    # (lost_open) an operator accepted the loss (``accept_loss``): the survey's vote floor applies again, so the
+    # members that kept their logs elect the best of them
+    loss_accepted = False
+
+    def accept_loss(self) -> bool:
+        """An operator accepts the loss of a group in which fewer voters than a quorum kept their logs
+        (``lost_open``; rillet/jetstream/cluster/resume.py): the survey is made again and, this time, sets the
+        vote floor (or ends the recovery of the member holding the best log left) as after any survey, so that
+        the best log left leads. Whatever the lost voters had committed past it is given up for good (and stays
+        reported: ``lost``). False when there is nothing to accept (no such loss known here, or a leader known).
+        """
+        if not self.lost_open or self.leader is not None:
+            return False
+        if self.recovering and not self.loss_accepted:
+            self.loss_accepted = True
+            self.survey = {}
+            self._query_peers()
+        return True
 
     def _query_peers(self) -> None:
         self._survey_elapsed = 0
@@ -55,7 +73,8 @@ class Recovery:
         for p in others:
             if p not in self.survey:
                 self.msgs.append(RecoveryQuery(self.term, self.id, p, self.known_mark,
-                                               max(self.known_commit, self.commit)))
+                                               max(self.known_commit, self.commit),
+                                               self.lost[0] if self.lost_open and self.lost else 0))
 
     def _heard_term(self, m) -> None:
         """(votes_lost) A message from a voter to this incarnation: its sender's term is at least ``m.term`` (a
@@ -131,12 +150,14 @@ class Recovery:
             # (fewer voters than a quorum kept their logs, the others wiped: whatever was committed past the best
             # log left may be gone, and nothing bounds how far it went. Reported (from there on, the end unknown:
             # ``lost_open``), and no vote floor: this node stays out of elections, so that the survivors cannot
-            # elect a leader that would give the lost indexes (and the owner's numbers) again. An operator
-            # resumes, accepting the loss (a rescued quorum on a survivor: Node.rescue))
+            # elect a leader that would give the lost indexes (and the owner's numbers) again, until an operator
+            # accepts the loss (``accept_loss``))
             if not self.lost_open:
                 self.lost_open = True
                 self._found_lost(max_last + 1, max(max_last + 1, max_known), "wiped")
-            return
+            if not self.loss_accepted:
+                return
+            # (accepted by an operator: the best log left leads, as after any survey)
         # (a loss takes a majority that lost data, each of them back from an unclean stop and recovering; with
         # fewer, the answers only look short because some were given before a commit others already knew of)
         if recovering >= self.quorum:
@@ -153,6 +174,7 @@ class Recovery:
 
     def _leave_recovery(self, how: str) -> None:
         self.recovering = False
+        self.loss_accepted = False
         self.stateless = False
         self.vote_floor = None
         self.survey = {}
@@ -243,6 +265,11 @@ class Recovery:
             self._found_lost(nxt, kc, "queries")
 
     def _handle_recovery_query(self, m: RecoveryQuery) -> None:
+        if m.lost_from and not self.lost_open and m.frm in self.voters and self.role != LEADER:
+            # (the sender found that fewer voters than a quorum kept their logs: this member, which may have kept
+            # its own and not be recovering, reports the loss too and knows that no leader comes on its own)
+            self.lost_open = True
+            self._found_lost(m.lost_from, max(m.lost_from, m.known_commit), "wiped")
         if m.frm in self.voters:
             now = self.ticks
             q = self.queried

@@ -9,7 +9,7 @@ import random
 from typing import Any
 
 from rillet.jetstream.api import codec as apijson
-from rillet.jetstream.cluster import appliedcfg
+from rillet.jetstream.cluster import appliedcfg, resume
 from rillet.jetstream.cluster.catchup import make_budget
 from rillet.jetstream.cluster.peers import peer_id
 from rillet.jetstream.cluster.streams import RECONCILE_EVERY, T, StreamReplica
@@ -465,8 +465,12 @@ class ClusteredStreams:
     def _gate_replica(self, router: Any, key: str, reply: bytes | None, body: bytes, r: Any, what: str) -> bool:
         """(api_gate) A request for a stream or consumer (``what``) that has replica ``r`` here: the leader
         answers (a LEADER.STEPDOWN it carries out and stays silent), another member is silent; a member of
-        a leaderless group says so (CLUSTER_NOT_AVAIL), but answers STREAM.INFO with what it has."""
+        a leaderless group says so (CLUSTER_NOT_AVAIL), but answers STREAM.INFO with what it has. A
+        LEADER.STEPDOWN on a member of a group that lost a majority of its logs accepts the loss (resume.py)."""
         if not r.leader:
+            if key == f"{what.upper()}.LEADER.STEPDOWN" and resume.lost_here(r.group):
+                resume.resume(self, router, reply, r, what)  # (the operator accepts the loss: resume.py)
+                return False
             if r.leaderless() and reply:
                 if key == "STREAM.INFO":
                     return True  # (as nats-server)

@@ -62,6 +62,9 @@ class ConsumerLossMixin:
         proposes the report (LOST) so that every replica records it."""
         found = {"raft_first": first, "raft_last": last, "detected": format_time(time.time_ns()),
                  "server": self.cs.server.name}
+        node = self.group.node
+        if node is not None and node.lost_open:
+            found["open_end"] = True  # (fewer members than a quorum kept their logs: lossreport)
         self.data_lost = lossreport.merge(self.data_lost, found)
         self._save_lost()
         self.cs.js.log.error(f"JetStream cluster {self._what()} lost {last - first + 1} committed RAFT entries "
@@ -119,7 +122,8 @@ class ConsumerLossMixin:
                 self._lost_timer = self.cs.js.loop.call_later(PROPOSE_AGAIN, self._propose_again)
             return
         self._lost_proposing = True
-        report = {k: v for k, v in self.data_lost.items() if k in ("raft_first", "raft_last", "detected", "server")}
+        report = {k: v for k, v in self.data_lost.items() if k in ("raft_first", "raft_last", "detected", "server",
+                                                                   "open_end", "accepted")}
 
         def done(_: Any, res: Any, err: BaseException | None) -> None:
             self._lost_proposing = False

@@ -265,6 +265,7 @@ class RaftGroup(Leadership):
             return
         self.loop = asyncio.get_running_loop()
         sync = "always" if self.sync_always else "interval"
+        dir_existed = os.path.isdir(self.dir)  # (wipedmember.hand_deleted)
         if self.memory:
             self.wal, rec = MemWAL.open()
         else:
@@ -308,7 +309,11 @@ class RaftGroup(Leadership):
         founding = self._founding_peers()
         # (a member that had acknowledged entries here and starts with nothing on disk: wiped. wipedmember)
         wiped = not self.memory and len(founding) != 1 and (
-            wipedmember.marked(self.dir) or not had_state and wipedmember.existing_member(self.server, self.name))
+            wipedmember.marked(self.dir) or not had_state and (wipedmember.existing_member(self.server, self.name)
+                                                               or wipedmember.hand_deleted(self.server, self.name,
+                                                                                           dir_existed)))
+        if not self.memory:
+            wipedmember.started(self.server, self.name)
         if wiped:
             wipedmember.mark(self.dir)  # (wiped until caught up, whatever it holds meanwhile: across restarts too)
         recovering = recovering or wiped
@@ -427,6 +432,7 @@ class RaftGroup(Leadership):
             self.wal = None
         if delete:
             shutil.rmtree(self.dir, ignore_errors=True)
+            wipedmember.forgotten(self.server, self.name)
         if was and self.on_leader_change is not None:
             self.on_leader_change(False)
 

@@ -21,7 +21,8 @@ been acknowledged and are gone.
 
 When fewer replicas than a quorum kept their logs (the others' stores wiped), committed entries past the best
 log left may be gone, and nothing says how far they went: ``open_end`` (true) says ``raft_last`` is only the
-first index known to be lost, not the end (rillet.raft: ``lost_open``; the group elects no leader then).
+first index known to be lost, not the end (rillet.raft: ``lost_open``; the group elects no leader then, until an
+operator accepts the loss: ``accepted``, when; rillet/jetstream/cluster/resume.py).
 
 A report carries no ``bytes`` (nats-server's ``lost`` of damaged records has one: ``state.lost.bytes``): the lost
 entries are gone from every member, and what they held, sizes included, with them. A consumer's report has no
@@ -94,6 +95,8 @@ def merge(old: Optional[dict], new: dict) -> dict:
                 out[k] = max(old.get(k, 0), new[k])
         if "seq_first" in new:
             out["seq_first"] = min(old.get("seq_first", new["seq_first"]), new["seq_first"])
+        if new.get("accepted") and not old.get("accepted"):
+            out["accepted"] = new["accepted"]
     out["entries"] = max(0, out["raft_last"] - out["raft_first"] + 1)
     if "seq_first" in out and "seq_last" in out:
         out["msgs"] = max(0, out["seq_last"] - out["seq_first"] + 1)

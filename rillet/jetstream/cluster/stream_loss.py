@@ -561,7 +561,8 @@ class StreamLossMixin:
                                  f"RAFT entries from {first} on: fewer replicas than a quorum kept their logs (wiped "
                                  f"stores), so acknowledged messages past sequence {mark} may be missing; no leader is "
                                  f"elected, so that no sequence is given again (nothing resumes it on its own: accepting "
-                                 f"the loss is an operator's decision)")
+                                 f"the loss is an operator's decision, a step-down request: nats stream cluster "
+                                 f"step-down {self.name})")
         else:
             self.cs.js.log.error(f"JetStream cluster stream '{self.jsa.account.name} > {self.name}' lost "
                                  f"{last - first + 1} committed RAFT entries ({first}..{last}): acknowledged messages "

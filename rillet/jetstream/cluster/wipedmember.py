@@ -19,7 +19,13 @@ layer, ``JetStreamCluster.members``):
    this server added, while it was down): it never had the member;
 4. a live entry (a new stream, a scale-up, a move): nor here.
 
-A group whose name is ``old`` and whose member starts with no state on disk starts recovering without votes
+A member whose group directory is gone although this server started it before (``started``: the names of the
+groups whose member started here, kept in the meta group's directory, ``MEMBERS_FILE``, written and fsynced once
+the member's directory exists, before it can acknowledge anything) is wiped too: the directory was deleted by
+hand, the meta state kept. A member that started and crashed before it wrote anything still has its directory
+(``peers.json``): not wiped, it acknowledged nothing.
+
+A group whose name is ``old`` (or hand-deleted) and whose member starts with no state on disk starts recovering without votes
 (``RaftGroup.start``). That lasts until it has caught up, across restarts: a ``wiped`` file in the group's
 directory (``mark``, removed by ``unmark`` once it recovered), for a member stopped before it caught up holds a
 hard state and part of the log, and is no less wiped. Memory-storage groups never do: after a restart every one of them starts empty, and
@@ -27,6 +33,7 @@ stalling every R3 memory stream while another server is down is a separate decis
 """
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Optional
 
@@ -34,6 +41,7 @@ from rillet.durable import fsync_dir, make_dirs_durable, write_json
 
 MARKER = "wiped"  # in the group's WAL directory: a wiped member that has not caught up yet
 JOIN_FILE = "joined_at"  # in the meta group's directory: the join_commit of its last stateless start
+MEMBERS_FILE = "members.json"  # in the meta group's directory: the groups whose member started here
 
 
 class MemberHistory:
@@ -49,12 +57,15 @@ class MemberHistory:
         # assignments up to it, re-applied from the WAL, are still of members it may have had before that
         self.wiped_through = 0
         self.dir = ""
+        self.meta_name = ""
         self.saved = False
         self.starting = False  # within the meta group's start (a snapshot restored there is this server's own)
+        self.started_here: set[str] = set()  # (MEMBERS_FILE) the groups whose member started on this server
 
     def load(self, dirpath: str) -> None:
         """Before the meta group starts (in ``dirpath``): the index saved at this server's last stateless start."""
         self.dir = dirpath
+        self.meta_name = os.path.basename(dirpath)  # (the meta group itself is not recorded)
         self.join_commit = None
         self.saved = False
         try:
@@ -62,6 +73,16 @@ class MemberHistory:
                 self.wiped_through = int(f.read().decode("ascii", "replace").strip() or 0)
         except (OSError, ValueError):
             self.wiped_through = 0
+        try:
+            with open(os.path.join(dirpath, MEMBERS_FILE), "rb") as f:
+                names = json.loads(f.read())
+            self.started_here = {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
+        except (OSError, ValueError):
+            self.started_here = set()  # (none recorded: a wiped meta state is found by ``started``)
+
+    def _save_members(self) -> None:
+        make_dirs_durable(self.dir)
+        write_json(self.dir, MEMBERS_FILE, sorted(self.started_here))
 
     def started(self, node: Any) -> None:
         """The meta group's node just started from what the WAL held."""
@@ -124,6 +145,35 @@ def existing_member(server: Any, name: str) -> bool:
     cl = getattr(getattr(server, "jetstream", None), "cluster", None)
     h = getattr(cl, "members", None)
     return isinstance(h, MemberHistory) and name in h.old
+
+
+def _history(server: Any) -> Optional[MemberHistory]:
+    cl = getattr(getattr(server, "jetstream", None), "cluster", None)
+    h = getattr(cl, "members", None)
+    return h if isinstance(h, MemberHistory) and h.dir else None
+
+
+def hand_deleted(server: Any, name: str, dir_existed: bool) -> bool:
+    """(a member starting with no state) Its directory did not exist, yet its member started on this server
+    before (``MEMBERS_FILE``): deleted by hand, the meta state kept."""
+    h = _history(server)
+    return not dir_existed and h is not None and name in h.started_here
+
+
+def started(server: Any, name: str) -> None:
+    """The member of group ``name`` started here, its directory made: recorded durably (once)."""
+    h = _history(server)
+    if h is not None and name not in h.started_here and name != h.meta_name:
+        h.started_here.add(name)
+        h._save_members()
+
+
+def forgotten(server: Any, name: str) -> None:
+    """The member of group ``name`` left this server with its directory (a deleted stream, a move)."""
+    h = _history(server)
+    if h is not None and name in h.started_here:
+        h.started_here.discard(name)
+        h._save_members()
 
 
 def marked(dirpath: str) -> bool:
