@@ -425,3 +425,50 @@ def test_read_pass_same_messages_and_errors(tmp_path):
         outs.append(got)
     assert outs[0] == outs[1]
     assert outs[0][119][0] == "error" and outs[0][118][0] == 119 and outs[0][299][0] == 300
+
+
+def test_single_reads_same_messages_errors_and_state(tmp_path):
+    """Reads outside a read pass (a direct get, a MSG.GET: one pread of the record, decoded by the twin) give the
+    same messages, errors and read state (``_rc_next``) in both lanes, in any order, records larger than the
+    twin's stack buffer included; a damaged record is the pure code's (the same error, then lost); a replaced
+    ``os.pread`` (how tests count reads) is honoured."""
+    import random
+    outs = []
+    for cls in (PURE, _compiled()):
+        d = str(tmp_path / cls.__module__)
+        fs = cls(d, StoreConfig(block_size=16384), log=lambda lvl, text: None)
+        for i in range(300):
+            hdr = b"NATS/1.0\r\nK: %d\r\n\r\n" % i if i % 3 == 0 else b""
+            fs.store_msg(SUBJECTS[i % len(SUBJECTS)], hdr, b"v" * (i % 50 if i % 7 else 700 + i), 10 + i)
+        fs.remove_msg(40)
+        loc = fs._record_location(120)
+        fs.stop()
+        with open(loc[1], "r+b") as f:  # one payload byte of seq 120 changed: its CRC fails
+            f.seek(loc[2] + loc[3] - 6)
+            b = f.read(1)
+            f.seek(loc[2] + loc[3] - 6)
+            f.write(bytes([b[0] ^ 0xFF]))
+        fs = cls(d, StoreConfig(block_size=16384), log=lambda lvl, text: None)
+        order = list(range(0, 303)) + random.Random(7).sample(range(1, 301), 300) + [120, 121, 122]
+        got = []
+        for seq in order:
+            try:
+                m = fs.load_msg(seq)
+                got.append(None if m is None else (m.seq, m.subject, m.hdr, m.data, m.ts))
+            except Exception as e:
+                got.append(("error", type(e).__name__, str(e)))
+            got.append(("next", fs._rc_next, fs._rc is None))
+        reads = []
+        real = os.pread
+        os.pread = lambda *a: reads.append(a) or real(*a)
+        try:
+            got.append((fs.load_msg(5).data, fs.load_msg(6).data))
+        finally:
+            os.pread = real
+        got.append(len(reads))
+        fs.stop()
+        outs.append(got)
+    assert outs[0] == outs[1]
+    out = outs[0]
+    assert out[2 * 120][0] == "error" and out[2 * 119][0] == 119 and out[2 * 300][0] == 300
+    assert out[2 * 40] is None and out[-1] == 2

@@ -23,9 +23,10 @@ from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from cpython.object cimport Py_SIZE
 from cpython.ref cimport PyObject
 from cpython.dict cimport PyDict_GetItemWithError
-from cpython.mem cimport PyMem_Calloc, PyMem_Free
+from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc
 from posix.types cimport off_t
 from posix.uio cimport iovec, pwritev
+from posix.unistd cimport pread
 
 import time as _time
 
@@ -42,6 +43,10 @@ cdef object _pure_append = _fsmod.FileStore._append
 cdef object _pure_store_msg = _fsmod.FileStore.store_msg
 cdef object _pure_totals = _fsmod.index_totals
 cdef object _pure_read = _fsmod.FileStore._read_msg
+cdef object _pure_pread = _fsmod.FileStore._pread
+cdef object _os = _fsmod.os
+cdef object _os_pread = _fsmod.os.pread
+cdef long long _READ_AHEAD = _fsmod._READ_AHEAD
 cdef object _StoredMsg = _fsmod.StoredMsg
 cdef unsigned long _CRC_RESIDUE = _fsmod._CRC_RESIDUE
 cdef uint8_t _F_COMPRESSED = _fsformat.F_COMPRESSED
@@ -126,7 +131,7 @@ cdef bint _DIRECT = _check_layout()
 # attribute or descriptor, the twin leaves everything to the pure code (fast_paths() tells; a test checks).
 _STORE_ATTRS = ("_closed", "_pre_check", "_log_pending", "_compress", "_active", "_block_size", "_afd", "_aidx", "_nmsgs", "_first",
                 "_last", "_last_ts", "_bytes", "_subjects", "_maxp", "_post_limits", "_wb", "_wb_buf", "_wb_off", "_wb_ps", "_rc",
-                "_rc_next")
+                "_rc_next", "_ra_on", "_keys")
 cdef bint _DICT_OK = not any(name in vars(c) for c in _fsmod.FileStore.__mro__ for name in _STORE_ATTRS)
 
 
@@ -196,10 +201,15 @@ class FileStore(_PureFileStore):
         return _write(self, self.__dict__, seq, subject, hdr, data, ts)
 
     def _read_msg(self, blk, x, slot):
-        # a record inside the bytes a sequential read pass read ahead, whose checks pass: decoded here;
-        # anything else (a read from the file, a record that fails a check) is the pure code's
+        # a record inside the bytes a sequential read pass read ahead, or a record read by itself (one
+        # pread(2), a read outside a read pass: a direct get, a MSG.GET), whose checks pass: decoded here;
+        # anything else (encryption, a read ahead to start, a failed or short read, a record that fails a
+        # check) is the pure code's, which reads again and decides
         if _DICT_OK:
             m = _read_ahead(self, self.__dict__, blk, x, slot)
+            if m is not None:
+                return m
+            m = _read_one(self, self.__dict__, blk, x, slot)
             if m is not None:
                 return m
         return _pure_read(self, blk, x, slot)
@@ -470,6 +480,80 @@ cdef object _read_ahead(object self, dict d, object blk, object x, object slot):
     subject = x.subjs[x.sid[slot]]
     cdef const char* q = <const char*>p + 40 + slen
     return _StoredMsg(subject, seq, ts, PyBytes_FromStringAndSize(q, hlen), PyBytes_FromStringAndSize(q + hlen, dlen))
+
+
+cdef object _read_one(object self, dict d, object blk, object x, object slot):
+    """The pure ``_read_msg`` for a record it reads by itself: no read-ahead bytes hold it, it starts no read
+    ahead (outside a read pass, or not where the last read ended), the store has no encryption and its
+    ``_pread`` and ``os.pread`` are the real ones; one pread(2) of the record, the inline checks of
+    ``_read_ahead``, ``_rc_next`` set as the pure code sets it. None for anything else, a failed or short read
+    and a record that fails a check included, before anything is changed: the pure code then reads it again
+    and decides (its errors, its damage report)."""
+    if _ga(self, d, "_closed") or _ga(self, d, "_keys") is not None:
+        return None
+    if type(slot) is not int or "_pread" in d or type(self)._pread is not _pure_pread or _os.pread is not _os_pread:
+        return None
+    offs = x.offs
+    rlen = x.rlen
+    if not (_arr(offs, c'Q') and _arr(rlen, c'I')):
+        return None
+    cdef Py_ssize_t i = slot
+    if i < 0 or i >= Py_SIZE(offs) or i >= Py_SIZE(rlen):
+        return None
+    cdef unsigned long long off = (<array>offs).data.as_ulonglongs[i]
+    cdef unsigned long long n = (<array>rlen).data.as_uints[i]
+    if n < <unsigned long long>_OVERHEAD or off > <unsigned long long>0x7FFFFFFFFFFFFFFF:
+        return None
+    rc = _ga(self, d, "_rc")
+    if rc is not None:  # (the pure code's test of the read-ahead bytes: a record inside them is theirs)
+        if type(rc) is not tuple or len(<tuple>rc) != 3 or type((<tuple>rc)[2]) is not bytes:
+            return None
+        if rc[0] == blk.index and rc[1] <= off and off + n <= rc[1] + PyBytes_GET_SIZE((<tuple>rc)[2]):
+            return None
+    nxt = _ga(self, d, "_rc_next")
+    if nxt == off and n < <unsigned long long>_READ_AHEAD and _ga(self, d, "_ra_on"):
+        return None  # (a read ahead starts here)
+    seq = x.base + slot
+    cdef uint64_t cseq
+    try:
+        cseq = seq
+    except (OverflowError, TypeError):
+        return None
+    try:
+        fdo = self._fd_for(blk.index)
+    except OSError:
+        return None
+    cdef int fd = fdo
+    cdef unsigned char small[512]
+    cdef unsigned char* p = small
+    if n > sizeof(small):
+        p = <unsigned char*>PyMem_Malloc(n)
+        if p == NULL:
+            raise MemoryError()
+    cdef ssize_t got
+    cdef off_t coff = <off_t>off
+    cdef uint32_t slen, hlen, dlen
+    cdef const char* q
+    try:
+        with nogil:
+            got = pread(fd, p, n, coff)
+        if got != <ssize_t>n:
+            return None
+        slen = p[2] | (<uint32_t>p[3] << 8)
+        hlen = _rd32(p + 32)
+        dlen = _rd32(p + 36)
+        if (p[0] != _T_MSG or _rd64(p + 8) != cseq or _rd32(p + 4) != n or (p[1] & _F_COMPRESSED)
+                or <long long>n - _OVERHEAD - <long long>slen != <long long>hlen + <long long>dlen
+                or crc32(0, p, <unsigned int>n) != _CRC_RESIDUE):
+            return None
+        d["_rc_next"] = off + n
+        subject = x.subjs[x.sid[slot]]
+        q = <const char*>p + 40 + slen
+        return _StoredMsg(subject, seq, <int64_t>_rd64(p + 16), PyBytes_FromStringAndSize(q, hlen),
+                          PyBytes_FromStringAndSize(q + hlen, dlen))
+    finally:
+        if p != small:
+            PyMem_Free(p)
 
 
 def index_totals(x):
