@@ -26,8 +26,12 @@ replica keeps its store when its group drops to one peer.
 Files: ``<store_dir>/go_solo/jetstream/<account>/streams/<stream>/`` as a lone Rillet server keeps them; a restart
 loads them back and the assignments confirm them (a stream no longer assigned here is deleted).
 
-Not done: an R1 stream scaled up to more replicas (or moved) while it is here, the stream snapshot API, and a
-Rillet ephemeral consumer's inactivity deletion is local (nats-server's leader asks the meta leader to remove it).
+An R1 stream scaled up while it is here (this server the source of the scale-up, nats-server's isR1ScaleUpSource)
+goes over to the replica of its new group with its files and its consumers' states (``SoloHost.hand_over``,
+``gostream._hand_over``), as nats-server's source keeps its stream and sends it to the new peers.
+
+Not done: an R1 stream moved while it is here, the stream snapshot API, and a Rillet ephemeral consumer's
+inactivity deletion is local (nats-server's leader asks the meta leader to remove it).
 """
 from __future__ import annotations
 
@@ -243,6 +247,38 @@ class SoloHost:
             return
         have.discard(name)
         self._serve(jsa, f"$JS.API.CONSUMER.DELETE.{stream}.{name}", reply, b"")
+
+    def hand_over(self, key: tuple[str, str], dest: str) -> Optional[dict[str, Any]]:
+        """The stream of ``key`` run here, taken out of the engine for a replica of its group grown from this
+        server (a scale-up from R1, nats-server's isR1ScaleUpSource: the source keeps its stream and sends it to
+        the new peers): its store's files moved to ``dest`` (the replica's message directory, which must not
+        exist) and its consumers' delivery states returned (name -> ``ConsumerState``), taken from the running
+        consumers. None when the engine does not run it, or its files can not be handed over (encrypted: the
+        replica's store opens them without the keys), with a warning: the stream is then removed as before."""
+        import shutil
+        jsa = self._jsa(key[0], create=False)
+        stream = jsa.streams.get(key[1]) if jsa is not None else None
+        if stream is None or stream.cfg.storage != "file":
+            return None
+        if getattr(stream.store, "_keys", None) is not None:
+            self.log.warn(f"JetStream: stream '{key[0]} > {key[1]}' scaled up from this server: its encrypted "
+                          "files can not be handed to the replica, which starts empty")
+            return None
+        states = {name: c.get_state() for name, c in stream.consumers.items()}
+        src, msgs = stream.store.dir, stream.store.state().msgs
+        jsa.streams.pop(key[1], None)
+        stream.stop()  # (its store synced and closed, its consumers' states written)
+        self._set_group(key, None)
+        self.hosted.pop(key, None)
+        self._configs.pop(key, None)
+        self._unsubscribe(*key)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        os.replace(src, dest)
+        shutil.rmtree(os.path.join(dest, "consumers"), ignore_errors=True)  # (the states go with the replicas)
+        shutil.rmtree(jsa.stream_dir(key[1]))
+        self.log.notice(f"JetStream: stream '{key[0]} > {key[1]}' scaled up from this server: its store ({msgs} "
+                        f"messages) handed to the replica of its group, with {len(states)} consumer state(s)")
+        return states
 
     # -- the API requests a stream leader answers -------------------------------------------------------------
     def _subscribe(self, account: str, name: str) -> None:

@@ -159,6 +159,12 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
         self.dir = (os.path.join(store_dir, "go_streams", _safe(account), _safe(self.name)) if store_dir
                     else None)
         if self.dir is not None:
+            stale = stale_files(store_dir, account, assignment) if store_dir else None
+            if stale is not None:
+                # (files another stream of this name left: removed while this server was down, and created again)
+                self.log.warn(f"JetStream stream '{account} > {self.name}' [{self.group}]: removing the files of "
+                              f"an earlier stream of that name ({stale}), not this stream's")
+                shutil.rmtree(self.dir)
             os.makedirs(self.dir, exist_ok=True)
             _write_group(self.dir, self.group, str(assignment.get("created") or ""))
             self.store = FileStore(os.path.join(self.dir, "msgs"), _store_config(assignment["stream"], "file"),
@@ -764,6 +770,18 @@ def files_of(store_dir: str, account: str, name: str, sa: dict) -> bool:
     return bool(created) and replica_created(store_dir, account, name) == created
 
 
+def stale_files(store_dir: str, account: str, sa: dict) -> Optional[str]:
+    """What names the replica files kept here for the stream of ``sa`` when they are another stream's (one of
+    the same name, removed while this server was down and created again: their group is not this one, nor is
+    their creation time); None when there are none, or they are this stream's (its group renamed keeps its
+    creation time: ``files_of``)."""
+    name = str((sa.get("stream") or {}).get("name") or "")
+    group = replica_group(store_dir, account, name)
+    if group is None or files_of(store_dir, account, name, sa):
+        return None
+    return f"group {group}, created {replica_created(store_dir, account, name) or 'unknown'}"
+
+
 def grown_from(assignment: dict, me: str) -> bool:
     """nats-server's isR1ScaleUpSource: the assignment grows a one-replica group whose only peer was this server
     (a scale-up from R1: its desired state's origin is this server alone at one replica). nats-server's meta
@@ -778,6 +796,38 @@ def grown_from(assignment: dict, me: str) -> bool:
         return o.get("replicas") == 1 and list(o.get("peers") or ()) == [me]
     # (a consumer's desired state has no origin: its group of one, this server, grown with it as preferred)
     return list(g.get("peers") or ()) == [me] and d.get("preferred") == me
+
+
+def _hand_over(solo: Any, replicas: dict, state: Any, store_dir: str, me: str) -> dict[tuple, ConsumerReplicaState]:
+    """One-replica streams run here by gosolo that the meta group now grows from this server (a scale-up from
+    R1): each goes over to the replica of its new group with its files (its messages, as nats-server's source of
+    a scale-up keeps its store), its group and creation time written beside them and an applied index of 1, so
+    that the replica leads the group from them (``lead_alone``: its log starts with its store as a snapshot,
+    which the peers added are sent). Returns its consumers' states, keyed as their replicas, for the replicas
+    of their groups to start from."""
+    out: dict[tuple, ConsumerReplicaState] = {}
+    for key, sa in state.streams.items():
+        if key not in solo.hosted or key in replicas or not grown_from(sa, me):
+            continue
+        rdir = os.path.join(store_dir, "go_streams", _safe(key[0]), _safe(key[1]))
+        if os.path.exists(rdir):
+            shutil.rmtree(rdir)  # (files of an earlier replica of this name: not this stream's, whose are here)
+        states = solo.hand_over(key, os.path.join(rdir, "msgs"))
+        if states is None:
+            continue
+        _write_group(rdir, str(sa["group"]["name"]), str(sa.get("created") or ""))
+        with open(os.path.join(rdir, "applied"), "wb") as f:
+            f.write((1).to_bytes(8, "little") + (0).to_bytes(8, "little"))
+        for cname, st in states.items():
+            ccfg = ((state.consumers.get(key) or {}).get(cname) or {}).get("consumer") or {}
+            out[key + (cname,)] = ConsumerReplicaState(
+                delivered_consumer=st.delivered.consumer_seq, delivered_stream=st.delivered.stream_seq,
+                ack_floor_consumer=st.ack_floor.consumer_seq, ack_floor_stream=st.ack_floor.stream_seq,
+                pending={int(s): (int(p[0]), int(p[1])) for s, p in st.pending.items()},
+                redelivered={int(s): int(n) for s, n in st.redelivered.items()},
+                ack_policy=str(ccfg.get("ack_policy") or "explicit"), max_deliver=int(ccfg.get("max_deliver") or 0),
+                has_state=True)
+    return out
 
 
 def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
@@ -827,6 +877,7 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
                 elif current:
                     solo.removed_consumer(account, stream, name, reply)
         keep = {key for key, sa in member.state.streams.items() if kept(key, sa)}
+        handed = _hand_over(solo, replicas, member.state, store_dir, me) if solo is not None and store_dir else {}
         if solo is not None:
             solo.reconcile({k: sa for k, sa in member.state.streams.items() if k not in keep},
                            member.state.consumers, fresh=current)
@@ -839,7 +890,7 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
             for cname, ca in (member.state.consumers.get(key) or {}).items():
                 if me in ((ca.get("group") or {}).get("peers") or ()):
                     want[key + (cname,)] = ("consumer", ca)
-        carried: dict[tuple, ConsumerReplicaState] = {}
+        carried: dict[tuple, ConsumerReplicaState] = handed
         for key in list(replicas):
             r = replicas[key]
             if key not in want or want[key][1]["group"]["name"] != r.group:
