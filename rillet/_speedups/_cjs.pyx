@@ -578,3 +578,209 @@ def send_replies(ic, held, memo=None, fill=True):
             ic.in_bytes += nb
     if n:
         ic.server.schedule_flush()
+
+
+# ---- a direct get by sequence -----------------------------------------------------------------------------------
+# ``direct_on_get`` is DirectApi.on_direct_get (the reference: rillet.jetstream.api.direct.reference_on_direct_get)
+# compiled for its short path: ``DIRECT.GET.<stream>`` with a body that is only ``{"seq":N}`` (JSON whitespace
+# allowed, at most 19 digits) and no headers. The body is matched in C (what the reference's _SEQ_ONLY pattern
+# matches), the message read through the store's load_msg (a damaged record is a missing one, as _or_none), and the
+# answer's headers (the stored ones, then Nats-Stream, Nats-Subject, Nats-Sequence, Nats-Time-Stamp: the bytes of
+# _direct_reply) written into one new bytes object with the payload; statuses through the router's _status. Anything
+# else (a subject with a tail, headers, another body, a message whose fields are not plain str/int/bytes) goes to
+# the reference, before anything has been answered.
+
+cdef bint _dg_ready = False
+cdef object _dg_reference = None
+cdef object _dg_corrupt = None
+cdef object _dg_time_stamp = None
+cdef dict _dg_secs = None
+cdef bytes _dg_hdr_line = None
+cdef object _dg_direct_reply = None
+
+
+cdef int _dg_setup() except -1:
+    global _dg_ready, _dg_reference, _dg_corrupt, _dg_time_stamp, _dg_secs, _dg_hdr_line, _dg_direct_reply
+    from rillet.jetstream.api import direct as d
+    from rillet.jetstream import headers as h
+    from rillet.jetstream.store.base import ErrStoreCorrupt
+    _dg_reference = d.reference_on_direct_get
+    _dg_direct_reply = d.DirectApi._direct_reply
+    _dg_corrupt = ErrStoreCorrupt
+    _dg_time_stamp = d._time_stamp
+    _dg_secs = d._STAMP_SECS
+    _dg_hdr_line = h.HDR_LINE
+    _dg_ready = True
+    return 0
+
+
+cdef inline bint _js_ws(char c) noexcept:
+    return c == 32 or c == 9 or c == 10 or c == 13
+
+
+cdef int _seq_only(const char* p, Py_ssize_t n, unsigned long long* out) noexcept:
+    """1 and the number if the body is ``{"seq":N}`` as the reference's _SEQ_ONLY pattern matches it (JSON
+    whitespace around the tokens, N 0 or 1 to 19 digits without a leading zero), else 0."""
+    cdef Py_ssize_t i = 0, k
+    cdef unsigned long long v = 0
+    while i < n and _js_ws(p[i]):
+        i += 1
+    if i >= n or p[i] != b'{':
+        return 0
+    i += 1
+    while i < n and _js_ws(p[i]):
+        i += 1
+    if n - i < 5 or memcmp(p + i, b'"seq"', 5) != 0:
+        return 0
+    i += 5
+    while i < n and _js_ws(p[i]):
+        i += 1
+    if i >= n or p[i] != b':':
+        return 0
+    i += 1
+    while i < n and _js_ws(p[i]):
+        i += 1
+    k = i
+    while i < n and 48 <= p[i] <= 57:
+        v = v * 10 + <unsigned long long>(p[i] - 48)
+        i += 1
+    if i == k or i - k > 19 or (p[k] == b'0' and i - k > 1):
+        return 0
+    while i < n and _js_ws(p[i]):
+        i += 1
+    if i >= n or p[i] != b'}':
+        return 0
+    i += 1
+    while i < n and _js_ws(p[i]):
+        i += 1
+    if i != n:
+        return 0
+    out[0] = v
+    return 1
+
+
+cdef Py_ssize_t _put_u64(char* p, unsigned long long v) noexcept:
+    """``v``'s decimal digits at ``p`` (at most 20); their count."""
+    cdef char tmp[20]
+    cdef Py_ssize_t n = 0, i
+    while True:
+        tmp[n] = <char>(48 + v % 10)
+        n += 1
+        v //= 10
+        if v == 0:
+            break
+    for i in range(n):
+        p[i] = tmp[n - 1 - i]
+    return n
+
+
+cdef object _stamp(object ts):
+    """``_time_stamp(ts)``: the kept text of a whole second with the fraction written here; the reference's function
+    for a second it has not kept (it keeps it) and for anything not a positive int64."""
+    cdef long long t
+    if type(ts) is not int:
+        return _dg_time_stamp(ts)
+    try:
+        t = ts
+    except OverflowError:
+        return _dg_time_stamp(ts)
+    if t < 1000000000:
+        return _dg_time_stamp(ts)
+    cdef long long secs = t // 1000000000
+    cdef long long frac = t % 1000000000
+    p = _dg_secs.get(secs)
+    if p is None or type(p) is not bytes:
+        return _dg_time_stamp(ts)
+    if not frac:
+        return <bytes>p + b"Z"
+    cdef char buf[11]
+    cdef int nd = 9
+    while frac % 10 == 0:
+        frac //= 10
+        nd -= 1
+    buf[0] = b'.'
+    cdef int i
+    for i in range(nd, 0, -1):
+        buf[i] = <char>(48 + frac % 10)
+        frac //= 10
+    buf[nd + 1] = b'Z'
+    return <bytes>p + PyBytes_FromStringAndSize(buf, nd + 2)
+
+
+def direct_on_get(self, stream, sub, subject, reply, hdr, msg):
+    if not _dg_ready:
+        _dg_setup()
+    if (hdr >= 0 or not reply or sub is None or type(msg) is not bytes or type(reply) is not bytes):
+        return _dg_reference(self, stream, sub, subject, reply, hdr, msg)
+    ss = sub.subject
+    if type(ss) is not str or not ss or (<str>ss).endswith(">"):
+        return _dg_reference(self, stream, sub, subject, reply, hdr, msg)
+    cdef unsigned long long v
+    st = self.jsa.streams.get(stream.name)
+    if st is None or not _seq_only(PyBytes_AS_STRING(msg), PyBytes_GET_SIZE(msg), &v):
+        return _dg_reference(self, stream, sub, subject, reply, hdr, msg)
+    cfg = st.cfg
+    if not (cfg.allow_direct or cfg.mirror_direct):
+        return None  # no responder (as the reference)
+    if v == 0:
+        self._status(reply, 408, "Empty Request")
+        return None
+    try:
+        m = st.store.load_msg(v)
+    except _dg_corrupt:
+        m = None
+    if m is None:
+        self._status(reply, 404, "Message Not Found")
+        return None
+    mh = m.hdr
+    md = m.data
+    ms = m.subject
+    mq = m.seq
+    name = st.name
+    if (type(mh) is not bytes or type(md) is not bytes or type(ms) is not str or type(mq) is not int
+            or type(name) is not str or mq < 0 or mq > 0xFFFFFFFFFFFFFFFF):
+        _dg_direct_reply(self, st, reply, m)
+        return None
+    stamp = _stamp(m.ts)
+    nb = (<str>name).encode("utf-8", "surrogateescape")
+    sb = (<str>ms).encode("utf-8", "surrogateescape")
+    cdef Py_ssize_t hl = PyBytes_GET_SIZE(mh)
+    cdef const char* hp
+    if hl > 2:  # (the stored headers without their closing CRLF; else the status line alone)
+        hp = PyBytes_AS_STRING(mh)
+        hl -= 2
+    else:
+        hp = PyBytes_AS_STRING(_dg_hdr_line)
+        hl = PyBytes_GET_SIZE(_dg_hdr_line)
+    cdef Py_ssize_t nl = PyBytes_GET_SIZE(nb), sl = PyBytes_GET_SIZE(sb), tl = PyBytes_GET_SIZE(stamp)
+    cdef Py_ssize_t dl = PyBytes_GET_SIZE(md)
+    # "Nats-Stream: " 13, "\r\nNats-Subject: " 16, "\r\nNats-Sequence: " 17, "\r\nNats-Time-Stamp: " 19, "\r\n\r\n" 4
+    cdef Py_ssize_t cap = hl + 13 + nl + 16 + sl + 17 + 20 + 19 + tl + 4
+    cdef char tmp[20]
+    cdef Py_ssize_t ql = _put_u64(tmp, <unsigned long long>mq)
+    cdef Py_ssize_t total = cap - 20 + ql
+    out = PyBytes_FromStringAndSize(NULL, total + dl)
+    cdef char* o = PyBytes_AS_STRING(out)
+    memcpy(o, hp, hl)
+    o += hl
+    memcpy(o, b"Nats-Stream: ", 13)
+    o += 13
+    memcpy(o, PyBytes_AS_STRING(nb), nl)
+    o += nl
+    memcpy(o, b"\r\nNats-Subject: ", 16)
+    o += 16
+    memcpy(o, PyBytes_AS_STRING(sb), sl)
+    o += sl
+    memcpy(o, b"\r\nNats-Sequence: ", 17)
+    o += 17
+    memcpy(o, tmp, ql)
+    o += ql
+    memcpy(o, b"\r\nNats-Time-Stamp: ", 19)
+    o += 19
+    memcpy(o, PyBytes_AS_STRING(stamp), tl)
+    o += tl
+    memcpy(o, b"\r\n\r\n", 4)
+    o += 4
+    memcpy(o, PyBytes_AS_STRING(md), dl)
+    self.jsa.ic.publish(reply, None, out, total)
+    return None

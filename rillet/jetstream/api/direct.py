@@ -15,6 +15,7 @@ from rillet.jetstream.errors import ApiError
 from rillet.jetstream.store import ErrTooManyResults
 from rillet.jetstream.store.base import ErrStoreCorrupt
 from rillet.jetstream.stream import Stream
+from rillet import lane
 from rillet.subjects.validate import subject_has_wildcard
 
 if TYPE_CHECKING:
@@ -367,3 +368,10 @@ class _DirectReq:
             req.up_to_time = go_unix_nano(parse_time(d.up_to_time)[0])
         return req
 
+
+
+# the handler of a stream's direct get subscriptions: ``reference_on_direct_get`` (DirectApi.on_direct_get as written
+# above, the pure-Python lane's) or, in the compiled lane, its twin rillet._speedups._cjs.direct_on_get (the short
+# path, {"seq":N} on DIRECT.GET.<stream>, in C; the rest to the reference)
+reference_on_direct_get = DirectApi.on_direct_get
+lane.use_compiled_methods(DirectApi, "rillet._speedups._cjs", on_direct_get="direct_on_get")
