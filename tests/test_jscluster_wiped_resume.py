@@ -12,6 +12,7 @@ kept their logs. Checked:
 * ``$JS.API.STREAM.LEADER.STEPDOWN.W`` (``nats stream cluster step-down W``) accepts the loss: answered with
   success by the new leader, the survivor (the only log left); the report stays (``accepted`` added), the
   ``STREAM.DATA_LOST`` advisory is sent again with it, /healthz stays unhealthy for the loss;
+* a configuration update the meta group committed while the stream had no leader is applied once it has one;
 * the stream takes publishes again past the survivor's last sequence; the consumer D (resumed with the stream)
   answers its info with a leader; the wiped servers catch up every message.
 """
@@ -176,6 +177,13 @@ async def _run(tmp: str) -> None:
         info = await _api(nc, "$JS.API.STREAM.INFO.W")
         assert info is not None and not (info.get("cluster") or {}).get("leader"), info
 
+        # a configuration update committed by the meta group while the stream has no leader: nobody can propose it
+        # to the stream's group now (the answer, from the stream leader, does not come); applied once it has one
+        upd = {"name": "W", "subjects": ["w.>"], "num_replicas": 3, "storage": "file", "description": "updated",
+               "max_msgs": 5000}
+        r = await _api(nc, "$JS.API.STREAM.UPDATE.W", upd, timeout=5)
+        assert r is None or "error" in r or r["config"].get("description") == "updated", r
+
         # the operator accepts the loss
         adv = await nc.subscribe("$JS.EVENT.ADVISORY.STREAM.DATA_LOST.W")
 
@@ -196,6 +204,13 @@ async def _run(tmp: str) -> None:
         lost = info["cluster"].get("lost") or {}
         assert lost.get("open_end") and lost.get("accepted"), info["cluster"]
         assert info["state"]["last_seq"] == 200, info["state"]
+
+        async def updated():
+            d = await _api(nc, "$JS.API.STREAM.INFO.W")
+            return d if d is not None and (d.get("config") or {}).get("description") == "updated" else None
+        info = await _until(updated, 20, "the update committed while leaderless applied",
+                            why=lambda: _get(https[survivor], "/jsz?accounts=true&streams=true&config=true"))
+        assert info["config"]["max_msgs"] == 5000, info["config"]
         async def published():
             try:  # (the new leader takes publishes once its loss report is applied: a moment)
                 return await js.publish("w.x", b"after", timeout=2, headers={"Nats-Msg-Id": "after"})

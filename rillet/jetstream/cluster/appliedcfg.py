@@ -48,6 +48,8 @@ def applied(rep: Any, ts: int) -> None:
     configuration kept. Raises OSError (StoreError) when that fails: the entry's apply fails with it."""
     st = rep.stream
     rep.config_ts = ts
+    if getattr(rep, "cfg_wanted", None) == st.cfg:
+        rep.cfg_wanted = None  # (the assignment's update is applied: clustered.config_due)
     if st.cfg.storage == "memory":
         return
     st.store.flush()

@@ -163,42 +163,64 @@ class ClusteredStreams:
                 self.consumer_assigned(ca)
             return
         old_peers = list(rep.sa.group.peers)
+        prev_cfg = rep.sa.config
         rep.sa = sa
         rep.leaving_since = 0.0
         if list(sa.group.peers) != old_peers or sorted(rep.group.peers) != sorted(sa.group.peers):
             self.reconcile_soon()
         from rillet.jetstream.api.common import stream_config_from_dict
         cfg = stream_config_from_dict(sa.config)
+        if prev_cfg != sa.config:
+            # (a configuration update, which this replica's log has not applied: its leader proposes it, now or,
+            # committed while the group had no leader, once one is elected: config_due. Not an assignment's other
+            # changes, whose configuration may be older than what the log applied, the meta layer lagging)
+            rep.cfg_wanted = cfg if cfg != rep.stream.cfg else None
         if rep.leader and cfg != rep.stream.cfg:
-            old = rep.stream.cfg
-
-            def done(_: Any, err: BaseException | None) -> None:
-                if err is not None:
-                    if not isinstance(err, NotLeader):
-                        self.js.log.error(f"JetStream cluster: updating stream '{sa.name}' failed: {err}")
-                    return
-                if rep.log.solo and not rep.closed:  # (applied without the group's log: StreamReplica._apply's part)
-                    try:
-                        appliedcfg.applied(rep, 0)
-                    except (OSError, StoreError) as e:
-                        self.js.log.error(f"JetStream cluster: keeping stream '{sa.name}''s configuration failed: {e}")
-                if old.subjects != cfg.subjects and rep.leader:
-                    rep.stream.subscribe()
-                if old.allow_direct != cfg.allow_direct and rep.leader:
-                    rep.stream.subscribe()
-                if (old.mirror != cfg.mirror or old.sources != cfg.sources) and rep.leader:
-                    st = rep.stream
-                    if cfg.mirror is not None or cfg.sources:
-                        from rillet.jetstream.sources import attach_sources
-                        attach_sources(st)
-                    elif st.sources is not None:
-                        st.sources.stop()
-                        st.sources = None
-            rep.stream.update_config(cfg, done)
+            self._propose_config(rep, cfg)
         elif not rep.leader and (cfg.allow_direct != rep.stream.cfg.allow_direct
                                  or cfg.mirror_direct != rep.stream.cfg.mirror_direct):
             self.js.loop.call_later(0.5, lambda: rep._direct(False) if not rep.closed else None)
             # (once the update applied: resubscribed by the direct sweep with the new config)
+
+    def config_due(self, rep: StreamReplica) -> None:
+        """(a stream replica became leader) An assignment's configuration that came while the group had no
+        leader (or another one that lost its lead before proposing it) is proposed now. Only one that came after
+        the last UPDATE this replica applied (``cfg_wanted``, cleared by that UPDATE: appliedcfg), so that a
+        replica whose meta layer lags its log never proposes an older configuration back."""
+        cfg = getattr(rep, "cfg_wanted", None)
+        if cfg is not None and cfg != rep.stream.cfg and not rep.closed:
+            self.js.log.notice(f"JetStream cluster stream '{rep.jsa.account.name} > {rep.name}': applying the "
+                               f"configuration update committed while the stream had no leader")
+            self._propose_config(rep, cfg)
+
+    def _propose_config(self, rep: StreamReplica, cfg: Any) -> None:
+        """(the stream leader) The assignment's new configuration proposed through the group (an UPDATE)."""
+        sa = rep.sa
+        old = rep.stream.cfg
+
+        def done(_: Any, err: BaseException | None) -> None:
+            if err is not None:
+                if not isinstance(err, NotLeader):
+                    self.js.log.error(f"JetStream cluster: updating stream '{sa.name}' failed: {err}")
+                return
+            if rep.log.solo and not rep.closed:  # (applied without the group's log: StreamReplica._apply's part)
+                try:
+                    appliedcfg.applied(rep, 0)
+                except (OSError, StoreError) as e:
+                    self.js.log.error(f"JetStream cluster: keeping stream '{sa.name}''s configuration failed: {e}")
+            if old.subjects != cfg.subjects and rep.leader:
+                rep.stream.subscribe()
+            if old.allow_direct != cfg.allow_direct and rep.leader:
+                rep.stream.subscribe()
+            if (old.mirror != cfg.mirror or old.sources != cfg.sources) and rep.leader:
+                st = rep.stream
+                if cfg.mirror is not None or cfg.sources:
+                    from rillet.jetstream.sources import attach_sources
+                    attach_sources(st)
+                elif st.sources is not None:
+                    st.sources.stop()
+                    st.sources = None
+        rep.stream.update_config(cfg, done)
 
     def _leave(self, key: tuple[str, str], rep: StreamReplica) -> None:
         """This server is no longer among the stream's peers: a follower goes now (the leader removes it from

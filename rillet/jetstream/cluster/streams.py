@@ -89,6 +89,8 @@ _dec = msgspec.msgpack.Decoder()
 class StreamReplica(StreamLossMixin):
     """One stream's replica on this server: the Stream, its RaftLog and RaftGroup, its consumers."""
 
+    cfg_wanted: Any = None  # an assignment's configuration update its log has not applied yet (clustered.config_due)
+
     def __init__(self, cs: "ClusteredStreams", sa: Any, jsa: Any) -> None:
         from rillet.jetstream.api.common import stream_config_from_dict
         from rillet.jetstream.cluster.group import RaftGroup
@@ -361,6 +363,7 @@ class StreamReplica(StreamLossMixin):
             if st.cfg.retention != "limits":
                 self.retention_sweep()
             self.cs.reconcile_soon()
+            self.cs.config_due(self)  # (an update committed while the group had no leader)
         else:
             self._release_reservation()  # (as a follower it reserves again from what it applies)
             self.log.solo = False
