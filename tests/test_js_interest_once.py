@@ -121,3 +121,41 @@ def test_on_stream_removes_goes_through_a_subclass_on_stream_remove():
 
     Sub().on_stream_removes([4, 5, 9])
     assert calls == [4, 5, 9]
+
+
+async def test_a_plain_message_is_matched_against_the_filters_once(tmp_path, monkeypatch):
+    """A plain message of an interest stream (no header: the no-interest skip is asked first, ``_no_interest``)
+    is matched against the consumer's filters once: ``on_stream_msg`` takes that answer (``_mtook``), which a
+    new filter forgets. Kept and dropped as before."""
+    calls: list[str] = []
+    real = Consumer._matches
+
+    def counting(self, subject):
+        calls.append(subject)
+        return real(self, subject)
+
+    monkeypatch.setattr(Consumer, "_matches", counting)
+    async with run_server(_opts(str(tmp_path))) as srv:
+        nc = await nats.connect(srv.client_url)
+        js = nc.jetstream()
+        await js.add_stream(name="S", subjects=["a", "b"], retention=RetentionPolicy.INTEREST)
+        await js.add_consumer("S", ConsumerConfig(durable_name="d", filter_subject="a", ack_policy="explicit"))
+        stream = srv.jetstream.accounts["$G"].streams["S"]
+        calls.clear()
+        for i in range(5):
+            await js.publish("a", b"%d" % i)
+        assert calls == ["a"] * 5
+        await js.publish("b", b"x")  # (nobody takes it: not stored)
+        st = stream.store.state()
+        assert (st.msgs, st.last_seq) == (5, 6)
+        # the filter changes: "a" no longer taken, whatever the consumer was last asked
+        await js.add_consumer("S", ConsumerConfig(durable_name="d", filter_subject="b", ack_policy="explicit"))
+        c = stream.consumers["d"]
+        assert c._mtook is None
+        calls.clear()
+        await js.publish("a", b"y")
+        await js.publish("b", b"z")
+        st = stream.store.state()
+        assert st.last_seq == 8 and stream.store.subject_for_seq(7) is None and stream.store.subject_for_seq(8) == "b"
+        assert c.on_stream_msg(9, "a") is False and c._mtook == "b"
+        await nc.close()

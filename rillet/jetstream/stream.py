@@ -323,10 +323,11 @@ class Stream(DedupMixin, ReplyMixin):
         duplicate); the PubAck (or the error) is sent once the entry is applied. ``sourced``: a message
         from a source (its Nats-Incr is stored as sent, or folded into a counter by rillet.jetstream.counters).
         ``fast``: a fast batch message (rillet.jetstream.fastbatch.FastMsg) answered by it, not here."""
+        size = len(hdr) + len(data) + len(subject)
         n = self._bl_n + self._wb_n
         if n and not sourced:  # the ingest limits, before anything else (nats-server)
             max_n, max_b = self.ingest_limits  # (ingest.over's test inline: its call only for a refusal)
-            if ((max_n and n >= max_n) or (max_b and self._bl_b + self._wb_b + len(subject) + len(hdr) + len(data)
+            if ((max_n and n >= max_n) or (max_b and self._bl_b + self._wb_b + size
                                            + (len(reply) if reply.__class__ is bytes else 0) > max_b)):
                 why = ingest.over(self, ingest.msg_size(subject, reply, hdr, data))
                 if fast is not None:
@@ -341,7 +342,6 @@ class Stream(DedupMixin, ReplyMixin):
                 raise ApiError.make("STREAM_STORE_FAILED", err=self.store_failed)
             if cfg.sealed:
                 raise ApiError.make("STREAM_SEALED")
-            size = len(hdr) + len(data) + len(subject)
             if cfg.max_msg_size > 0 and len(hdr) + len(data) > cfg.max_msg_size:
                 raise ApiError.make("STREAM_MESSAGE_EXCEEDS_MAXIMUM")
             if self.jsa.limited and self.jsa.over_limit(cfg.storage, size + (self.inflight_bytes() if pn else 0)):
@@ -600,6 +600,7 @@ class Stream(DedupMixin, ReplyMixin):
         republish, counter, schedule, trace or fsync-before-ack); else stored and removed (retention.on_new_msg)."""
         for c in self.consumers.values():  # (first: with a subscriber the usual answer, and the cheapest)
             if not c.closed and c._matches(subject):
+                c._mtook = subject  # (its on_stream_msg, next, does not ask again)
                 return False
         cfg = self.cfg
         return not (sourced or (hdr and b"\r\nNats-" in hdr) or self._wb_pending or self.replication is not None
@@ -864,16 +865,14 @@ class Stream(DedupMixin, ReplyMixin):
 
     def _remove_many(self, seqs: list[int], retention: bool) -> list[tuple[int, BaseException]]:
         """(apply) The removals of ``delete_msgs``, each as a DELETE entry of its own would remove it (write-behind:
-        tombstones with the pass's); a store error fails that one removal only, returned for the completion."""
+        tombstones with the pass's, ``remove_msgs_soon``); a store error fails that one removal only, returned."""
         store = self.store
-        soon = self._wb_store and retention
+        if self._wb_store and retention:
+            return store.remove_msgs_soon(seqs)
         failed = []
         for seq in seqs:
             try:
-                if soon:
-                    store.remove_msg_soon(seq)
-                else:
-                    store.remove_msg(seq, False)
+                store.remove_msg(seq, False)
             except store_base.StoreError as e:
                 failed.append((seq, e))
         return failed

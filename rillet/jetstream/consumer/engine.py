@@ -149,6 +149,7 @@ class Consumer(DeliveryMixin, PushMixin, PullMixin, AckMixin, ControlMixin, Stat
         fss = list(_cfg(cfg, "filter_subjects", []) or [])
         self.filters: list[str] = [fs] if fs else fss
         self._mcache: tuple[list[str], dict[str, bool]] = (self.filters, {})  # (_matches)
+        self._mtook: str | None = None  # a subject these filters take, the last the stream's _no_interest asked
         self.filters_wc = [subject_has_wildcard(f) for f in self.filters]
         self.replay_original = _cfg(cfg, "replay_policy", "instant") == "original"
         self.rate_bps = int(_cfg(cfg, "rate_limit_bps", 0) or 0)
@@ -333,7 +334,7 @@ class Consumer(DeliveryMixin, PushMixin, PullMixin, AckMixin, ControlMixin, Stat
         """Stream message ``seq`` on ``subject`` was stored. True when this consumer is open and its filters
         take ``subject``: the question interest retention asks next (``retention.on_new_msg``), answered here
         once (``Stream._msg_done`` skips it for a stream message a consumer still open took)."""
-        if self.closed or not self._matches(subject):
+        if self.closed or (subject is not self._mtook and not self._matches(subject)):  # (asked once a message)
             return False
         if seq >= self.sseq:
             if not self.npc_dirty:
@@ -372,13 +373,17 @@ class Consumer(DeliveryMixin, PushMixin, PullMixin, AckMixin, ControlMixin, Stat
             for seq in seqs:
                 self.on_stream_remove(seq)
             return
+        if self.closed:
+            return
+        pending, rdc, sseq = self.pending, self.rdc, self.sseq
         for seq in seqs:
-            if self.closed:
-                return
-            if seq >= self.sseq:
+            if seq >= sseq:
                 self.npc_dirty = True
-            if seq in self.pending or seq in self.rdc:
-                self.on_stream_remove(seq)
+            if seq in pending or seq in rdc:
+                self.on_stream_remove(seq)  # (which may change any of them)
+                if self.closed:
+                    return
+                pending, rdc, sseq = self.pending, self.rdc, self.sseq
 
     def on_purge(self) -> None:
         if self.closed:

@@ -251,7 +251,13 @@ class ConsumerStateMachine:
         for sseq in seqs:
             p = pending.pop(sseq, None)
             if p is not None:
-                self._move_ack_floor(p[0], sseq, snext)
+                # (_move_ack_floor's usual case inline: the floor's delivery acked, its scan's first step finding
+                # the next one still pending; any other through it)
+                q = pending.get(sseq + 1) if p[0] == self.adflr + 1 else None
+                if q is not None and sseq < self.dsseq and self.dsseq + 1 - sseq <= 2 * len(pending):
+                    self.adflr, self.asflr = q[0] - 1, sseq
+                else:
+                    self._move_ack_floor(p[0], sseq, snext)
                 acked.append(sseq)
             if rdc:
                 rdc.pop(sseq, None)

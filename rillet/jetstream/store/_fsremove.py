@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import zlib
+from typing import Any
 
 from ._fsformat import (
     L_DEL, L_FIRST, L_LAST, L_TRUNC, T_ERASED, _CRC, _LAST, _OVERHEAD, _REC, _U64, _encode_log, _parse_record,
@@ -114,6 +115,107 @@ class BlockRemoval:
             return self._remove(seq, False)
         finally:
             self._soon = False
+
+    def remove_msgs_soon(self, seqs: list[int]) -> list[tuple[int, StoreError]]:
+        """``remove_msg_soon`` of each of ``seqs`` in turn (the retention removals of one entry,
+        ``Stream._remove_many``); a StoreError fails that removal alone and is returned with its sequence. The
+        usual one (write-behind on, a live message stored before any gathered record, not lost) is ``_remove``'s
+        steps inline, the block and its index columns looked up once for the sequences in it; any other goes
+        through ``remove_msg_soon``, after which nothing read before is trusted. (Acks come in runs on one block
+        and subject: per message, no call but the remove callback, which must not change the store: the stream's
+        notes the sequence.)"""
+        failed: list[tuple[int, StoreError]] = []
+        fast = self._wb_armed is not None and not self._closed
+        cb = self._remove_cb
+        subjects = self._subjects
+        lost = self._lost
+        gathered = self._wb_off >= 0
+        limit = self._wb_save[2] if gathered else -1  # type: ignore[index]
+        due = self._dels_due
+        blk: Block | None = None
+        lo = hi = base = nslots = 0
+        offs: Any = None
+        ps_subj: str | None = None
+        ps: Any = None
+        for seq in seqs:
+            try:
+                if not fast or (gathered and seq > limit) or (lost and seq in lost):
+                    blk = ps_subj = None  # (a gathered record written first, or a lost one: the one-at-a-time way)
+                    self.remove_msg_soon(seq)
+                    fast = self._wb_armed is not None and not self._closed
+                    subjects, lost, gathered, due = self._subjects, self._lost, self._wb_off >= 0, self._dels_due
+                    limit = self._wb_save[2] if gathered else -1  # type: ignore[index]
+                    continue
+                if blk is None or seq < lo or seq > hi:  # (_locate's lookup, kept for the next ones)
+                    blk = self._block_of(seq)
+                    if blk is None:
+                        continue
+                    if not blk.live:
+                        blk = None
+                        continue
+                    x = self._idx(blk)
+                    lo, hi = blk.first, blk.last
+                    base, offs, sids, sz, subjs = x.base, x.offs, x.sid, x.sz, x.subjs
+                    nslots = len(offs)
+                elif not blk.live:
+                    continue
+                slot = seq - base
+                if slot < 0 or slot >= nslots or not offs[slot]:
+                    continue
+                d = blk.dead
+                if d is not None and slot < len(d):
+                    if d[slot]:
+                        continue
+                    d[slot] = 1  # (mark_dead)
+                else:
+                    blk.mark_dead(slot)
+                # _remove(seq) from here, its erase and _limit_removal branches left out
+                sid = sids[slot]
+                subj = subjs[sid]
+                size = sz[slot]
+                blk.scnt[sid] -= 1
+                blk.live -= 1
+                self._nmsgs -= 1
+                self._bytes -= size
+                if subj is not ps_subj:
+                    ps_subj = subj
+                    ps = subjects[subj]
+                if ps[0] == 1:
+                    del subjects[subj]
+                    ps_subj = None
+                else:
+                    ps[0] -= 1
+                    if ps[2] == seq:
+                        ps[2] = self._subj_last_walk(subj, seq - 1)
+                if seq == self._first:
+                    n = slot + 1
+                    d = blk.dead
+                    if n < nslots and offs[n] and (d is None or n >= len(d) or not d[n]):
+                        self._first = seq + 1
+                    else:
+                        self._first = self._next_alive(seq + 1) or self._last + 1
+                if gathered:
+                    self._wb_keep_removal(seq, blk, subj, size)
+                dl = self._deferred
+                dl.append(seq)
+                if len(dl) >= 256:
+                    self._log_append(None)
+                elif not due:
+                    due = self._dels_due = True
+                    if not gathered:
+                        self._wb_armed()
+                if blk.live == 0 and blk is not self._active:
+                    self._unlink_block(blk)
+                    blk = None
+                if cb is not None:
+                    cb(seq, subj, size)
+            except StoreError as e:
+                blk = ps_subj = None
+                failed.append((seq, e))
+                fast = self._wb_armed is not None and not self._closed
+                subjects, lost, gathered, due = self._subjects, self._lost, self._wb_off >= 0, self._dels_due
+                limit = self._wb_save[2] if gathered else -1  # type: ignore[index]
+        return failed
 
     def _erase_record(self, blk: Block, off: int, rlen: int, seq: int) -> None:
         self._rc = None
