@@ -29,7 +29,8 @@ _OPTS: dict = {}
 
 
 def _one(seed: int):
-    v, sim = run_seed(seed, quick=_OPTS["quick"], mutations=_OPTS["mutations"], hs_loss=_OPTS["hs_loss"])
+    v, sim = run_seed(seed, quick=_OPTS["quick"], mutations=_OPTS["mutations"], hs_loss=_OPTS["hs_loss"],
+                      wipes=_OPTS["wipes"])
     return seed, v, sim.summary(), dict(sim.stats), sim.log if v else []
 
 
@@ -48,15 +49,17 @@ def main() -> int:
                     help="break the node or driver on purpose; the run then expects failures")
     ap.add_argument("--hs-loss", action="store_true",
                     help="faults include crashes that lose a node's hard state (rillet.raft.sim, hs_loss)")
+    ap.add_argument("--wipes", action="store_true",
+                    help="faults include any voter's disk lost, the node back as a wiped member (rillet.raft.sim, wipes)")
     ap.add_argument("--power-all", type=int, default=None, metavar="N",
                     help="run only N power-all runs (every node's power cut at once, lazy fsync)")
     a = ap.parse_args()
     if a.power_all is not None:
         return 1 if _power_all(a.power_all) + _power_all(a.power_all // 3, late=True) else 0
-    opts = {"quick": a.quick, "mutations": frozenset(a.mutation), "hs_loss": a.hs_loss}
-    flags = (" --quick" if a.quick else "") + (" --hs-loss" if a.hs_loss else "") + "".join(f" --mutation {m}" for m in a.mutation)
+    opts = {"quick": a.quick, "mutations": frozenset(a.mutation), "hs_loss": a.hs_loss, "wipes": a.wipes}
+    flags = (" --quick" if a.quick else "") + (" --hs-loss" if a.hs_loss else "") + (" --wipes" if a.wipes else "") + "".join(f" --mutation {m}" for m in a.mutation)
     if a.seed is not None:
-        v, sim = run_seed(a.seed, quick=a.quick, mutations=opts["mutations"], hs_loss=a.hs_loss)
+        v, sim = run_seed(a.seed, quick=a.quick, mutations=opts["mutations"], hs_loss=a.hs_loss, wipes=a.wipes)
         for line in sim.log:
             print(line)
         print(sim.summary())
@@ -85,7 +88,7 @@ def main() -> int:
     if a.mutation:
         print(f"  mutation {a.mutation}: {'caught' if failed else 'NOT caught'}")
         return 0 if failed else 1
-    if a.quick and not a.mutation and not a.hs_loss and a.power_all is None:
+    if a.quick and not a.mutation and not a.hs_loss and not a.wipes and a.power_all is None:
         failed += _power_all(300)
         failed += _power_all(100, late=True)
     return 1 if failed else 0

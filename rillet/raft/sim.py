@@ -21,7 +21,10 @@ silently (some node must report them, and every node that had saved a commit ind
 gone must report it itself).
 
 A run has a fault phase (crashes and restarts from the simulated disk, pauses, partitions, lossy
-network, client proposals at random times, membership changes and leader transfers; with ``hs_loss``, crashes
+network, client proposals at random times, membership changes and leader transfers; with ``wipes``, any voter's
+disk lost while the wiped members not yet caught up, with the lazy runs' nodes that lost data, stay a minority,
+the node restarting ``recovering`` with ``votes_lost`` and ``wiped`` as a Rillet member of a group its server had
+before does (rillet/jetstream/cluster/wipedmember.py; a durable mark until it has caught up); with ``hs_loss``, crashes
 that lose the hard state, the node restarting with ``votes_lost`` as rillet.raft.wal makes it when both copies
 are damaged, and nothing sent to an earlier incarnation delivered to it, as over the routes) and a heal phase
 (everything restarted and reconnected) in which a leader must be elected and a final proposal must
@@ -61,17 +64,19 @@ MUTATIONS = {"forget_vote": "the driver persists the hard state without the vote
              "no_sync": "the driver never fsyncs (a crash loses everything since the last compaction)",
              "vote_any_log": "the node grants votes to candidates whose log is behind",
              "no_recovery": "(lazy runs) a node restarted after a power cut takes part at once, not recovering",
-             "trust_lost_votes": "(hs_loss) a node whose hard state was lost votes at once (term from its log)"}
+             "trust_lost_votes": "(hs_loss) a node whose hard state was lost votes at once (term from its log)",
+             "wiped_votes": "(wipes) a wiped node comes back as a new member: it votes at once"}
 
 
 class SimDisk:
     """Durable state (hard state, snapshot, entries) plus the writes not yet synced."""
-    __slots__ = ("hs", "snap", "entries", "pending", "base", "hs_lost")
+    __slots__ = ("hs", "snap", "entries", "pending", "base", "hs_lost", "wiped")
 
     def __init__(self) -> None:
         self.hs: Optional[HardState] = None
         # (hs_loss) the hard state was lost: until one with a vote is durable (rillet.raft.wal's hardstate.lost)
         self.hs_lost = False
+        self.wiped = False  # (wipes) the disk was lost and the node has not caught up since (wipedmember's mark)
         self.snap: Optional[Snapshot] = None
         self.entries: list = []
         self.pending: list = []
@@ -186,10 +191,12 @@ class SimNode:
             hs = HardState(max(last_term, d.hs.term if d.hs else 0), None, 0)
             known = 0
             recovering = recovering or lost
+        wiped = d.wiped and "wiped_votes" not in sim.mutations
+        recovering = recovering or wiped
         self.node = sim.node_cls(self.id, d.base if d.base is not None else self.bootstrap, rng=random.Random(sim.rng.getrandbits(32)),
                          election_tick=ELECTION_TICK, heartbeat_tick=1, max_entries_per_msg=sim.batch,
                          max_inflight=sim.inflight, hard_state=hs, snapshot=d.snap, entries=d.entries,
-                         recovering=recovering, known_commit=known, votes_lost=lost)
+                         recovering=recovering, known_commit=known, votes_lost=lost or wiped, wiped=wiped)
         self.started = sim.now
         self.up = True
         self.paused = False
@@ -289,8 +296,9 @@ class Checker:
 
 class Sim:
     def __init__(self, seed: int, *, quick: bool = True, mutations: frozenset = frozenset(), n: Optional[int] = None,
-                 hs_loss: bool = False):
+                 hs_loss: bool = False, wipes: bool = False):
         self.seed = seed
+        self.wipes = wipes
         self.rng = rng = random.Random(seed)
         self.quick = quick
         unknown = set(mutations) - set(MUTATIONS)
@@ -397,6 +405,8 @@ class Sim:
         node = sn.node
         if node.role is LEADER and self.checker.leaders.get(node.term) != sn.id:
             self.checker.on_leader(sn.id, node, self.now)
+        if sn.disk.wiped and not node.recovering:
+            sn.disk.wiped = False  # (caught up: no longer wiped, across restarts too)
         if sn.busy or not node.has_ready():
             return
         rd = node.ready()
@@ -533,7 +543,8 @@ class Sim:
         up = [sn for sn in nodes if sn.up]
         kinds = ("crash", "crash", "bounce", "bounce", "restart", "restart", "pause", "resume", "partition", "oneway",
                  "heal", "net", "net", "add", "remove", "transfer", "transfer", "wipe")
-        kind = rng.choice(kinds + ("hslost", "hslost", "hslost") if self.hs_loss else kinds)
+        kinds += ("hslost", "hslost", "hslost") if self.hs_loss else ()
+        kind = rng.choice(kinds + ("wipe_member", "wipe_member") if self.wipes else kinds)
         if kind == "crash" and up:
             sn = rng.choice(up)
             sn.crash()
@@ -550,6 +561,17 @@ class Sim:
             sn.crash(power=False)
             sn.disk = SimDisk()
             sn.lossy = self.lazy
+            self.at(self.now + rng.randrange(1, 60), self.restart, sn.id, sn.inc)
+        elif kind == "wipe_member":
+            sn = self.wiped_member_candidate()
+            if sn is None:
+                return
+            # any voter's disk lost (its leader's too), kept a minority with the others not caught up yet: it comes
+            # back with nothing but the mark that it was wiped
+            sn.crash(power=False)
+            sn.disk = SimDisk()
+            sn.disk.wiped = True
+            sn.lossy = True
             self.at(self.now + rng.randrange(1, 60), self.restart, sn.id, sn.inc)
         elif kind == "hslost" and up:
             # both hard state files damaged (bit rot, a torn write of both): the node comes back with its log,
@@ -656,6 +678,23 @@ class Sim:
                    for conf in self._configurations(sn) if conf):
                 return sn
         return None
+
+    def wiped_member_candidate(self) -> Optional[SimNode]:
+        """(wipes) An up voter whose disk may be lost: every configuration any member holds is the founding one
+        (the wiped node comes back with it), and the nodes wiped or cut and not caught up since, with it, stay a
+        minority."""
+        for o in self.nodes.values():
+            if o.lossy and o.up and not o.node.recovering and not o.disk.wiped:
+                o.lossy = False
+        cands = [sn for sn in self.nodes.values() if sn.up and sn.id in sn.node.voters]
+        if not cands:
+            return None
+        sn = self.rng.choice(cands)
+        if self._configurations(sn) != {tuple(sorted(sn.bootstrap))}:
+            return None
+        if sum(1 for o in self.nodes.values() if o.lossy or o.disk.wiped or o is sn) > (len(sn.bootstrap) - 1) // 2:
+            return None
+        return sn
 
     def _configurations(self, wiped: SimNode) -> set:
         """The voter sets the members other than ``wiped`` hold (a down member's as it will recover it from
@@ -775,13 +814,13 @@ class Sim:
         for sn in live:
             if sn.node.lost is not None:
                 chk.fail(f"{sn.id} reports committed entries {sn.node.lost} lost, but no majority lost data")
-        if self.lazy:
+        if self.lazy or self.wipes:
             ld = self.leader()
             stuck = [p for p in ld.node.voters if self.nodes[p].node.recovering or self.nodes[p].node.vote_floor]
             if stuck:
                 chk.fail(f"liveness: voters {stuck} still recovering after healing")
             self.stats["recoveries"] += sum(sn.node.recoveries for sn in live)
-        if self.hs_loss:
+        if self.hs_loss or self.wipes:
             stuck = [p for p in self.leader().node.voters if self.nodes[p].node.votes_lost]
             if stuck:
                 chk.fail(f"liveness: voters {stuck} still without their votes after healing")
@@ -905,8 +944,9 @@ def run_power_all(seed: int, late: bool = False) -> tuple[list, "Sim", list]:
     return out, sim, lost_acks
 
 
-def run_seed(seed: int, *, quick: bool = True, mutations=frozenset(), hs_loss: bool = False) -> tuple[list, "Sim"]:
-    sim = Sim(seed, quick=quick, mutations=frozenset(mutations), hs_loss=hs_loss)
+def run_seed(seed: int, *, quick: bool = True, mutations=frozenset(), hs_loss: bool = False,
+             wipes: bool = False) -> tuple[list, "Sim"]:
+    sim = Sim(seed, quick=quick, mutations=frozenset(mutations), hs_loss=hs_loss, wipes=wipes)
     try:
         violations = sim.run()
     except (RaftError, AssertionError) as e:
