@@ -265,9 +265,10 @@ class Recovery:
             self._found_lost(nxt, kc, "queries")
 
     def _handle_recovery_query(self, m: RecoveryQuery) -> None:
-        if m.lost_from and not self.lost_open and m.frm in self.voters and self.role != LEADER:
+        if m.lost_from and m.frm in self.voters and self.role != LEADER:
             # (the sender found that fewer voters than a quorum kept their logs: this member, which may have kept
-            # its own and not be recovering, reports the loss too and knows that no leader comes on its own)
+            # its own and not be recovering, reports the loss too and knows that no leader comes on its own; a
+            # range it reported already is no news: _found_lost)
             self.lost_open = True
             self._found_lost(m.lost_from, max(m.lost_from, m.known_commit), "wiped")
         if m.frm in self.voters:
