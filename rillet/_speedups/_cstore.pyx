@@ -44,6 +44,8 @@ cdef object _pure_store_msg = _fsmod.FileStore.store_msg
 cdef object _pure_totals = _fsmod.index_totals
 cdef object _pure_read = _fsmod.FileStore._read_msg
 cdef object _pure_pread = _fsmod.FileStore._pread
+cdef object _pure_load_msg = _fsmod.FileStore.load_msg
+from bisect import bisect_right as _bisect_right
 cdef object _os = _fsmod.os
 cdef object _os_pread = _fsmod.os.pread
 cdef long long _READ_AHEAD = _fsmod._READ_AHEAD
@@ -131,7 +133,7 @@ cdef bint _DIRECT = _check_layout()
 # attribute or descriptor, the twin leaves everything to the pure code (fast_paths() tells; a test checks).
 _STORE_ATTRS = ("_closed", "_pre_check", "_log_pending", "_compress", "_active", "_block_size", "_afd", "_aidx", "_nmsgs", "_first",
                 "_last", "_last_ts", "_bytes", "_subjects", "_maxp", "_post_limits", "_wb", "_wb_buf", "_wb_off", "_wb_ps", "_rc",
-                "_rc_next", "_ra_on", "_keys")
+                "_rc_next", "_ra_on", "_keys", "_bfirst", "_bl")
 cdef bint _DICT_OK = not any(name in vars(c) for c in _fsmod.FileStore.__mro__ for name in _STORE_ATTRS)
 
 
@@ -199,6 +201,15 @@ class FileStore(_PureFileStore):
         if ttl_ns or not _DICT_OK:
             return _pure_write(self, seq, subject, hdr, data, ts, ttl_ns)
         return _write(self, self.__dict__, seq, subject, hdr, data, ts)
+
+    def load_msg(self, seq):
+        # a live message's block, index and slot found here (the pure _locate's steps), then _read_msg; anything
+        # else (no such message, a lost one, columns of other types) is the pure load_msg's, which decides
+        if _DICT_OK:
+            loc = _locate(self, self.__dict__, seq)
+            if loc is not None:
+                return self._read_msg(*loc)
+        return _pure_load_msg(self, seq)
 
     def _read_msg(self, blk, x, slot):
         # a record inside the bytes a sequential read pass read ahead, or a record read by itself (one
@@ -480,6 +491,42 @@ cdef object _read_ahead(object self, dict d, object blk, object x, object slot):
     subject = x.subjs[x.sid[slot]]
     cdef const char* q = <const char*>p + 40 + slen
     return _StoredMsg(subject, seq, ts, PyBytes_FromStringAndSize(q, hlen), PyBytes_FromStringAndSize(q + hlen, dlen))
+
+
+cdef tuple _locate(object self, dict d, object seq):
+    """The pure ``_locate`` (``_block_of``, ``_idx``, the slot's offset and the block's removed slots) for a live
+    message in a block found in ``_bfirst``; None for anything else (the pure ``load_msg`` then decides)."""
+    if type(seq) is not int:
+        return None
+    bfirst = _ga(self, d, "_bfirst")
+    bl = _ga(self, d, "_bl")
+    if type(bfirst) is not list or type(bl) is not list:
+        return None
+    cdef Py_ssize_t i = _bisect_right(bfirst, seq) - 1
+    if i < 0 or i >= len(<list>bl):
+        return None
+    blk = (<list>bl)[i]
+    if seq > blk.last or not blk.live:
+        return None
+    x = _ga(self, d, "_aidx") if blk is _ga(self, d, "_active") else self._idx(blk)
+    slot = seq - x.base
+    offs = x.offs
+    if not _arr(offs, c'Q'):
+        return None
+    cdef long long s
+    try:
+        s = slot
+    except OverflowError:
+        return None
+    if s < 0 or s >= Py_SIZE(offs) or not (<array>offs).data.as_ulonglongs[s]:
+        return None
+    dead = blk.dead
+    if dead is not None:
+        if type(dead) is not bytearray:
+            return None
+        if s < PyByteArray_GET_SIZE(dead) and PyByteArray_AS_STRING(dead)[s]:
+            return None
+    return (blk, x, slot)
 
 
 cdef object _read_one(object self, dict d, object blk, object x, object slot):
