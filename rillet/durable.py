@@ -49,18 +49,22 @@ def make_dirs_durable(path: str) -> None:
         fsync_dir(os.path.dirname(d))
 
 
-def write_json(dirpath: str, name: str, obj: object) -> None:
+def write_json(dirpath: str, name: str, obj: object, sync: bool = True) -> None:
     """``obj`` as JSON in ``dirpath/name``, durably: a temporary file fsynced, renamed over the old one, the
-    directory fsynced."""
+    directory fsynced. ``sync=False``: the same replacement by a rename without the fsyncs, for a state a
+    caller syncs on its own schedule (after a crash the file may be the old one, the new one or, on some file
+    systems, empty)."""
     import json
     path = os.path.join(dirpath, name)
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
         f.write(json.dumps(obj, sort_keys=True).encode())
-        f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
-    fsync_dir(dirpath)
+    if sync:
+        fsync_dir(dirpath)
 
 
 def read_json(path: str, what: str) -> object:

@@ -46,8 +46,8 @@ With ``lead`` a consumer replica named by a leadership transfer leads its group 
 leader (rillet.jetstream.cluster.goconsumerlead), from this server's replica of the stream; with ``stand`` it
 also stands for election on its own.
 
-Not yet: a durable consumer replica state (a restarted server's consumer replica starts empty until the leader
-sends its log or a snapshot again); the RAFT log and our own snapshot on disk (after a restart the replica answers as empty until the leader has sent its log or a snapshot
+A consumer replica keeps its state, applied index and term and vote on disk (rillet.jetstream.cluster.goconsumerstore).
+Not yet: a stream replica's RAFT log and our own snapshot on disk (after a restart the replica answers as empty until the leader has sent its log or a snapshot
 again).
 """
 from __future__ import annotations
@@ -64,6 +64,7 @@ from rillet.jetstream.cluster.golead import LEADER
 from rillet.jetstream.cluster.gometa import Committed, GoMetaMember
 from rillet.jetstream.cluster.goconsumerlead import ConsumerLeading
 from rillet.jetstream.cluster.goconsumerstate import ConsumerReplicaState, decode_consumer_state, encode_consumer_state
+from rillet.jetstream.cluster.goconsumerstore import KeptConsumerState
 from rillet.jetstream.cluster.godirect import ReplicaDirectGets
 from rillet.jetstream.cluster.gostreamlead import StreamLeading, store_state_doc
 from rillet.jetstream import headers as H
@@ -638,15 +639,16 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
             raise gw.GoWireError(f"{type(x).__name__} in a stream group")
 
 
-class GoConsumerReplica(ConsumerLeading, GoMetaMember):
+class GoConsumerReplica(KeptConsumerState, ConsumerLeading, GoMetaMember):
     """One consumer group of a Go cluster, followed from this server: its entries applied to
     ``ConsumerReplicaState`` and its snapshots installed; led as nats-server's consumer leader with ``may_lead``
     (rillet.jetstream.cluster.goconsumerlead), else handed to a Go peer when elected."""
 
     KIND = "consumer group"
 
-    def __init__(self, server: Any, account: str, stream: str, assignment: dict) -> None:
-        super().__init__(server, group=assignment["group"]["name"])
+    def __init__(self, server: Any, account: str, stream: str, assignment: dict,
+                 store_dir: Optional[str] = None) -> None:
+        super().__init__(server, group=assignment["group"]["name"], store_dir=store_dir)
         self.account, self.stream, self.name = account, stream, assignment["name"]
         self.assignment = assignment
         self.state = None
@@ -667,6 +669,7 @@ class GoConsumerReplica(ConsumerLeading, GoMetaMember):
         if peers and not self.raft.peers:  # (a group starts with the peers of its assignment)
             self.raft.peers = set(peers)
             self.raft.cluster_size = len(peers)
+        self.keep_state(store_dir)  # (its state and RAFT position kept on disk: goconsumerstore)
 
     def lead_alone(self) -> None:
         """(GroupMigration.lead_alone) A group grown from this server alone with the state of its previous group
@@ -724,6 +727,7 @@ class GoConsumerReplica(ConsumerLeading, GoMetaMember):
                                                    f"{self.name}' [{self.group}]")
         if done:
             self._maybe_compact()
+            self.applied_kept(done)
 
     def _maybe_compact(self) -> None:
         """Every ``snapshot_every`` applied entries the log up to the commit is replaced by nats-server's
@@ -904,7 +908,7 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
                 if isinstance(r, GoStreamReplica):
                     r.stop(remove=not ((alone and key in keep) or grown))
                 else:
-                    r.stop()
+                    r.stop(remove=not (alone or grown))
                     if (alone or grown) and isinstance(r, GoConsumerReplica) and r.consumer.has_state:
                         carried[key] = r.consumer
                 del replicas[key]
@@ -914,7 +918,7 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
                     replicas[key].reassigned(a)
                 continue
             r = (GoStreamReplica(member.server, key[0], a, store_dir) if kind == "stream"
-                 else GoConsumerReplica(member.server, key[0], key[1], a))
+                 else GoConsumerReplica(member.server, key[0], key[1], a, store_dir))
             if key in carried and isinstance(r, GoConsumerReplica):
                 r.consumer = carried[key]
             if lead:
