@@ -190,12 +190,14 @@ async def test_restarted_rillet_replica_has_its_state_at_once_and_leads_from_it(
     is down the Go leader delivers 11-12 and takes acks of 7, 11 and 12. Restarted, its replica has the state it
     had at once, and its RAFT log starts at the kept index; the Go leader resumes it from there (only the
     entries made while it was down are applied, no snapshot). A step-down makes it leader: it delivers 13 on,
-    takes the acks of 8-10 and redelivers no acked message."""
+    takes the acks of 8-10 and redelivers no acked message. The stream's replica likewise: its log starts at the
+    index its store was applied up to, it is caught up from there (31-35, published while it was down, no
+    snapshot), and, made leader, holds every message."""
     import nats
     from helpers import free_port, serve_config
     from rillet.jetstream.cluster.golead import LEADER
     from test_jscluster_golead_consumer import _cinfo, _consumer_to, _fetch, _led_by, _state
-    from test_jscluster_golead_stream import _create, _lead_conf
+    from test_jscluster_golead_stream import _create, _lead_conf, _lead_to
     from test_jscluster_gometa import CAP, _member, _until
     rport = free_port()
     gc = CAP.GoCluster(tmp_path, names=("g0", "g1"), extra_routes=[rport])
@@ -229,6 +231,9 @@ async def test_restarted_rillet_replica_has_its_state_at_once_and_leads_from_it(
             await _until(lambda: rep.kept is not None and not rep.kept.dirty and rep.kept.applied == rep.raft.applied,
                          10, what="the state written by the flusher")
             kept_index, kept_term = rep.kept.applied, rep.kept.term
+            srep = m.replicas[("A", "CS")]
+            await _until(lambda: srep.store.state().last_seq == 30, 30, what="r1's stream replica at 30")
+            stream_index = srep.applied_index
             before_ops = sum(rep.ops.values())
             rep.kept.stop = lambda remove=False: None  # (no write at stop: only what the flusher wrote)
             logs.append(srv._test_log.getvalue())
@@ -239,6 +244,8 @@ async def test_restarted_rillet_replica_has_its_state_at_once_and_leads_from_it(
             await msg.ack_sync()
         ci_go = await _cinfo(g0, "CS", "P")
         assert _state(ci_go)[:5] == (12, 12, 7, 7, 3)
+        for i in range(31, 36):
+            assert (await js.publish(f"cs.{i % 3}", f"m{i}".encode())).seq == i
 
         async with serve_config(conf) as srv:
             m = await _member(srv)
@@ -248,11 +255,16 @@ async def test_restarted_rillet_replica_has_its_state_at_once_and_leads_from_it(
             assert rep.kept.loaded == "position"
             assert (rep.raft.base_index, rep.raft.base_term) == (kept_index, kept_term)
             assert _state_of(rep)[:4] == (10, 10, 6, 6) and rep.raft.pindex >= kept_index > 0
+            # the stream replica too: its log starts at the index its store was applied up to
+            srep = m.replicas[("A", "CS")]
+            assert srep.raft.base_index == stream_index > 0 and srep.raft.base_term > 0
             # caught up from there: only what was made while it was down
             await _until(lambda: _state_of(rep) == (12, 12, 7, 7, [8, 9, 10]), 60,
                          what="r1's replica caught up to delivered 12, ack floor 7")
             assert rep.snapshots_installed == 0 and rep.apply_errors == 0
             assert 0 < sum(rep.ops.values()) < before_ops, (rep.ops, before_ops)
+            await _until(lambda: srep.store.state().last_seq == 35, 60, what="r1's stream replica caught up")
+            assert srep.snapshots_installed == 0 and srep.apply_errors == 0 and srep.raft.base_index == stream_index
             # led by the restarted replica: from 13 on, no acked message again
             ci = await _consumer_to(g0, "CS", "P", "r1")
             assert ci.cluster.leader == "r1" and _state(ci)[:5] == (12, 12, 7, 7, 3)
@@ -269,9 +281,13 @@ async def test_restarted_rillet_replica_has_its_state_at_once_and_leads_from_it(
                 ci = await _led_by(g0, "CS", "P", ("r1",))
                 return ci if ci is not None and ci.num_ack_pending == 0 else None
             ci_r = await CAP._until(settled, 30, what="P acked through the Rillet leader")
-            assert _state(ci_r) == (17, 17, 17, 17, 0, 0, 13), _state(ci_r)
-            rest = await _fetch(rsub, 13)
-            assert [x.metadata.sequence.stream for x in rest] == list(range(18, 31))
+            assert _state(ci_r) == (17, 17, 17, 17, 0, 0, 18), _state(ci_r)
+            rest = await _fetch(rsub, 18)
+            assert [x.metadata.sequence.stream for x in rest] == list(range(18, 36))
+            # the stream led by the restarted replica: every message, and the next publish after them
+            si = await _lead_to(g0, "CS", "r1")
+            assert (si.state.messages, si.state.first_seq, si.state.last_seq) == (35, 1, 35)
+            assert (await js.publish("cs.1", b"m36")).seq == 36
             assert rep.kept.applied == rep.raft.applied or rep.kept.dirty
             logs.append(srv._test_log.getvalue())
     finally:

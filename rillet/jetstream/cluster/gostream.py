@@ -47,8 +47,8 @@ leader (rillet.jetstream.cluster.goconsumerlead), from this server's replica of 
 also stands for election on its own.
 
 A consumer replica keeps its state, applied index and term and vote on disk (rillet.jetstream.cluster.goconsumerstore).
-Not yet: a stream replica's RAFT log and our own snapshot on disk (after a restart the replica answers as empty until the leader has sent its log or a snapshot
-again).
+A restarted stream replica's log starts at the index its store was applied up to, the store's state as its
+snapshot (rillet.jetstream.cluster.gostreamapplied). Not yet: a stream replica's RAFT log on disk.
 """
 from __future__ import annotations
 
@@ -65,6 +65,7 @@ from rillet.jetstream.cluster.gometa import Committed, GoMetaMember
 from rillet.jetstream.cluster.goconsumerlead import ConsumerLeading
 from rillet.jetstream.cluster.goconsumerstate import ConsumerReplicaState, decode_consumer_state, encode_consumer_state
 from rillet.jetstream.cluster.goconsumerstore import KeptConsumerState
+from rillet.jetstream.cluster.gostreamapplied import load_applied, save_applied, start_at_applied
 from rillet.jetstream.cluster.godirect import ReplicaDirectGets
 from rillet.jetstream.cluster.gostreamlead import StreamLeading, store_state_doc
 from rillet.jetstream import headers as H
@@ -167,15 +168,16 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
                               f"an earlier stream of that name ({stale}), not this stream's")
                 shutil.rmtree(self.dir)
             os.makedirs(self.dir, exist_ok=True)
+            own_log = replica_group(store_dir, account, self.name) == self.group  # (not a renamed group's index)
             _write_group(self.dir, self.group, str(assignment.get("created") or ""))
             self.store = FileStore(os.path.join(self.dir, "msgs"), _store_config(assignment["stream"], "file"),
                                    log=self._store_log)
             self._applied_path = os.path.join(self.dir, "applied")
-            self.applied_index, clfs = self._load_applied()
+            self.applied_index, clfs, applied_term = load_applied(self._applied_path)
         else:
             self.store = MemStore(_store_config(assignment["stream"]))
             self._applied_path = ""
-            self.applied_index, clfs = 0, 0
+            self.applied_index, clfs, applied_term = 0, 0, 0
         self.state = None  # (the meta state of the base class is not used)
         self._expiry: Any = None  # the timer of the store's next expiry (max_age, TTLs)
         self.snapshot_every = SNAPSHOT_EVERY
@@ -216,6 +218,7 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
             self.raft.cluster_size = len(peers)
         if self.dir is not None:
             self._rebuild_dedup()
+            start_at_applied(self, applied_term if own_log else 0)  # (its log starts at its store: gostreamapplied)
         self.direct = ReplicaDirectGets(self)  # direct gets, answered while current (rillet...godirect)
 
     def _rebuild_dedup(self) -> None:
@@ -237,24 +240,10 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
         getattr(self.log, {"error": "error", "warn": "warn", "warning": "warn"}.get(level, "notice"))(
             f"JetStream stream '{self.account} > {self.name}' [{self.group}]: {text}")
 
-    def _load_applied(self) -> tuple[int, int]:
-        """(applied index, failed proposals) kept beside the store (an 8-byte file: the index only)."""
-        try:
-            with open(self._applied_path, "rb") as f:
-                raw = f.read()
-        except FileNotFoundError:
-            return 0, 0
-        if len(raw) not in (8, 16):
-            raise ValueError(f"{self._applied_path}: not an applied index ({len(raw)} bytes)")
-        return int.from_bytes(raw[:8], "little"), int.from_bytes(raw[8:], "little")
-
     def _save_applied(self) -> None:
-        # (with the store's own write-back: written when the entries' effects are, without an fsync of its own)
-        if self._applied_path:
-            tmp = self._applied_path + ".tmp"
-            with open(tmp, "wb") as f:
-                f.write(self.applied_index.to_bytes(8, "little") + self.clfs.to_bytes(8, "little"))
-            os.replace(tmp, self._applied_path)
+        if self._applied_path:  # (index, failed proposals and the applied entry's term: gostreamapplied)
+            save_applied(self._applied_path, self.applied_index, self.clfs,
+                         self.raft.term_at(self.applied_index) or 0)
 
     def start(self, js_api: bool = False) -> None:
         super().start(js_api)

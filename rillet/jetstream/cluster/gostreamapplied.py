@@ -1,0 +1,65 @@
+"""A Go stream group's replica on a Rillet server: the RAFT position kept beside its file store (the ``applied``
+file), so that a restarted replica's log starts where its store is, as at a snapshot of it.
+
+The file holds the index applied to the store, the count of failed proposals (``clfs``) and the term of the
+entry at that index (u64 little-endian each; files of 8 and 16 bytes, written before the term was kept, give
+no term). It is written after each batch of committed entries is applied, with the store's own write-back (no
+fsync of its own: it is written when the entries' effects are).
+
+On a restart (``start_at_applied``) a replica whose file gives the index and its term starts its log there:
+base index and term, the store's state as its stream snapshot (nats-server's encoding), commit and applied at
+that index. Its votes and append-entry answers then give that position, as a Go replica's kept log gives its
+own, and the leader resumes it from the next index (nats-server's catchupFollower starts at the follower's
+index + 1, or sends its snapshot when its log no longer has it). Before, the log was empty after a restart: the
+replica voted as empty and the leader sent its whole log again (what was applied was skipped). A snapshot a
+Rillet leader would send a lagging peer is that state. Without a term (an older file, or one written while the
+log did not hold the applied index: a snapshot installed past it during a catch-up) the log stays empty, as
+before.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from rillet.raft import gowire as gw
+
+__all__ = ["load_applied", "save_applied", "start_at_applied"]
+
+
+def load_applied(path: str) -> tuple[int, int, int]:
+    """(applied index, failed proposals, term of the applied entry) kept in ``path``; zeros when there is no
+    file, ValueError when it is not one."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return 0, 0, 0
+    if len(raw) not in (8, 16, 24):
+        raise ValueError(f"{path}: not an applied index ({len(raw)} bytes)")
+    return (int.from_bytes(raw[:8], "little"), int.from_bytes(raw[8:16], "little"),
+            int.from_bytes(raw[16:24], "little"))
+
+
+def save_applied(path: str, index: int, clfs: int, term: int) -> None:
+    """(with the store's own write-back: written when the entries' effects are, without an fsync of its own)"""
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(index.to_bytes(8, "little") + clfs.to_bytes(8, "little") + term.to_bytes(8, "little"))
+    os.replace(tmp, path)
+
+
+def start_at_applied(rep: Any, term: int) -> bool:
+    """A restarted stream replica (``rep``: a GoStreamReplica, its store open, ``applied_index`` loaded) whose
+    applied entry's ``term`` is known: its empty log starts at that index, the store's state as the snapshot.
+    Returns whether it did."""
+    r = rep.raft
+    if not (rep.applied_index > 0 and term > 0 and r.pindex == 0 and not r._log):
+        return False
+    r.base_index, r.base_term = rep.applied_index, term
+    r.commit = r.applied = rep.applied_index
+    r.term = max(r.term, term)
+    r.snapshot_data = rep.stream_snapshot().encode()
+    r.snapshot_peer_state = gw.PeerState(tuple(sorted(r.peers)), r.cluster_size, r.domain_ext).encode()
+    rep.log.notice(f"JetStream stream '{rep.account} > {rep.name}' [{rep.group}]: its log starts at the index its "
+                   f"store was applied up to ({rep.applied_index}, term {term})")
+    return True
