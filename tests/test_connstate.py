@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rillet.server.connstate import ConnBase, init_conn_state
+from rillet.server.delivery import ConnKind
 
 
 class _Log:
@@ -41,6 +42,8 @@ class _Server:
         self.loop = _Loop()
         self.pending_flush: list[Any] = []
         self.flushed = 0
+        self.stale_connections = 0
+        self.stale_stats = {"clients": 0, "routes": 0, "gateways": 0, "leafs": 0}
 
     def flush_clients(self) -> None:
         self.flushed += 1
@@ -72,6 +75,7 @@ class _Transport:
 class _Conn(ConnBase):
     def __init__(self) -> None:
         init_conn_state(self, _Server())
+        self.kind = ConnKind.CLIENT
         self._resume_handle = None
         self._backlog = None
         self.own_timer: Any = None
@@ -134,6 +138,8 @@ def test_ping_tick_pings_until_ping_max_then_closes_stale():
     assert c.server.flushed == 2 and [d for d, _ in c.server.loop.later] == [60.0, 60.0]
     c._ping_tick()
     assert c.pings == 2 and c.closes == [("Stale Connection", "Stale Connection")]
+    # counted as nats-server counts it, by the connection's kind (/varz stale_connection_stats)
+    assert c.server.stale_connections == 1 and c.server.stale_stats["clients"] == 1
 
 
 def test_flush_marks_the_connection_once():
