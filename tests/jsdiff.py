@@ -189,11 +189,17 @@ class Raw:
             if not isinstance(m, bytes):
                 self.answers.setdefault(m.subject, []).append((norm_hdr(m.headers), m.payload))
 
+    # (an API request or a publish that must be answered waits longer than request's 1 s, which also records
+    # expected silences: a file stream's create under a loaded CI machine has taken more than 1 s)
+    ANSWER_TIMEOUT = 10.0
+
     async def api(self, subject: str, body: Any = b"") -> dict:
-        ans = await self.request(subject, body)
+        ans = await self.request(subject, body, timeout=self.ANSWER_TIMEOUT)
+        assert ans[0] != "<timeout>", f"{subject}: no answer in {self.ANSWER_TIMEOUT} s"
         return json.loads(ans[0][1])
 
     async def publish(self, subject: str, payload: bytes | str = b"", hdr: bytes | None = None) -> dict:
         """A JetStream publish; the PubAck (or error) as a dict."""
-        ans = await self.request(subject, payload, hdr=hdr)
+        ans = await self.request(subject, payload, hdr=hdr, timeout=self.ANSWER_TIMEOUT)
+        assert ans[0] != "<timeout>", f"publish to {subject}: no answer in {self.ANSWER_TIMEOUT} s"
         return json.loads(ans[0][1])

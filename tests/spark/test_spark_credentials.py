@@ -57,7 +57,9 @@ def _check(spark, srv: JSServer, name: str, connect_kw: dict, good: dict, bads: 
         assert "JetStreamSparkError: cannot connect to NATS at" in str(e.value), (bad, str(e.value)[-1500:])
         reasons = (reason,) if isinstance(reason, str) else reason
         assert any(r in str(e.value) for r in reasons), (bad, reason, str(e.value)[-1500:])
-        assert time.monotonic() - t0 < 15, bad
+        # (a Spark query that fails at its start takes 2-5 s here; a loaded CI machine took 17: the bound only
+        # tells a refusal at connect from a query retrying until some later timeout)
+        assert time.monotonic() - t0 < 30, bad
 
 
 @pytest.mark.parametrize("kind", ["rillet", "go"])
