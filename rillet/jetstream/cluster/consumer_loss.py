@@ -62,8 +62,7 @@ class ConsumerLossMixin:
         proposes the report (LOST) so that every replica records it."""
         found = {"raft_first": first, "raft_last": last, "detected": format_time(time.time_ns()),
                  "server": self.cs.server.name}
-        node = self.group.node
-        if node is not None and node.lost_open:
+        if getattr(getattr(self.group, "node", None), "lost_open", False):
             found["open_end"] = True  # (fewer members than a quorum kept their logs: lossreport)
         self.data_lost = lossreport.merge(self.data_lost, found)
         self._save_lost()
