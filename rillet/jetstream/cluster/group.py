@@ -313,7 +313,7 @@ class RaftGroup(Leadership):
                                                                or wipedmember.hand_deleted(self.server, self.name,
                                                                                            dir_existed)))
         if not self.memory:
-            wipedmember.started(self.server, self.name)
+            wipedmember.started(self.server, self.name, self.dir)
         if wiped:
             wipedmember.mark(self.dir)  # (wiped until caught up, whatever it holds meanwhile: across restarts too)
         recovering = recovering or wiped

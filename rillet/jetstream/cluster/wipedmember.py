@@ -160,10 +160,14 @@ def hand_deleted(server: Any, name: str, dir_existed: bool) -> bool:
     return not dir_existed and h is not None and name in h.started_here
 
 
-def started(server: Any, name: str) -> None:
-    """The member of group ``name`` started here, its directory made: recorded durably (once)."""
+def started(server: Any, name: str, dirpath: str) -> None:
+    """The member of group ``name`` started here, its directory ``dirpath`` made: recorded durably (once), after
+    the directory's entry and its ``peers.json`` are (a power cut must not leave the record without the
+    directory: a member that wrote nothing would be taken for a deleted one)."""
     h = _history(server)
     if h is not None and name not in h.started_here and name != h.meta_name:
+        fsync_dir(os.path.dirname(dirpath))
+        fsync_dir(dirpath)
         h.started_here.add(name)
         h._save_members()
 
