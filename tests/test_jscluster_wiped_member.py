@@ -106,3 +106,33 @@ async def test_wiped_member_gives_no_vote_until_caught_up_across_restarts(monkey
             assert not wipedmember.marked(gw.dir) and not gw.node.stateless
             for g in groups:
                 await g.stop()
+
+
+def _srv(h):
+    from types import SimpleNamespace
+    return SimpleNamespace(jetstream=SimpleNamespace(cluster=SimpleNamespace(members=h)))
+
+
+def test_a_hand_deleted_group_directory_is_known_by_the_record(tmp_path):
+    """members.json (in the meta group's directory) records the groups whose member started here: a member
+    starting with its directory gone is wiped (deleted by hand, the meta state kept); one whose directory is
+    there (it started, wrote nothing) is not; the meta group itself is never recorded; a member that left with
+    its directory is forgotten. The record is read again at the next start."""
+    meta = tmp_path / "_raft" / "_meta_"
+    meta.mkdir(parents=True)
+    h = wipedmember.MemberHistory("p1")
+    h.load(str(meta))
+    gdir = tmp_path / "_raft" / "S-R3F-abc"
+    gdir.mkdir()
+    wipedmember.started(_srv(h), "S-R3F-abc", str(gdir))
+    wipedmember.started(_srv(h), "_meta_", str(meta))
+    again = wipedmember.MemberHistory("p1")
+    again.load(str(meta))  # (the next start)
+    assert again.started_here == {"S-R3F-abc"}
+    assert wipedmember.hand_deleted(_srv(again), "S-R3F-abc", dir_existed=False)
+    assert not wipedmember.hand_deleted(_srv(again), "S-R3F-abc", dir_existed=True)
+    assert not wipedmember.hand_deleted(_srv(again), "S-R3F-other", dir_existed=False)
+    wipedmember.forgotten(_srv(again), "S-R3F-abc")
+    third = wipedmember.MemberHistory("p1")
+    third.load(str(meta))
+    assert not wipedmember.hand_deleted(_srv(third), "S-R3F-abc", dir_existed=False)
