@@ -428,7 +428,7 @@ async def test_a_scale_down_to_the_rillet_replica_keeps_every_message_and_consum
     proposal, before the delivery was held for it). nats-server does the same in an all-Go cluster (tried: 2 Go
     + a Rillet meta member, the stream on the Go servers: the same delivered, ack floor and pending counts).
     Then r1 restarts: the replica's files are found again (their group), the stream is served with all its
-    messages. Then the stream is scaled up again to R2: nats-server's meta leader names the group anew with a
+    messages, the consumer's state is r1's kept one (delivered 12, ack floor 4, 6 pending). Then the stream is scaled up again to R2: nats-server's meta leader names the group anew with a
     desired state whose origin is r1 alone (the replica's files were removed and the stream lost). r1 leads the
     new group from its files, adds g0, catches it up (snapshot, then $JSC.SYNC) and reports the change done
     (with the ``members`` 2.15.1's meta leader waits for); g0, made leader, serves every message."""
@@ -501,6 +501,7 @@ async def test_a_scale_down_to_the_rillet_replica_keeps_every_message_and_consum
             assert [g.data for g in got] == [f"m{i}".encode() for i in range(1, 11)]
             for g in got[:4]:
                 await g.ack_sync()
+            pending_replies = [g.reply for g in got[4:]]  # (5-10, acked after r1's restart below)
             rep = m.replicas[key]
             crep = m.replicas[key + ("C",)]
             await _until(lambda: rep.store.state().last_seq == 10 and crep.consumer.ack_floor_stream == 4
@@ -578,8 +579,16 @@ async def test_a_scale_down_to_the_rillet_replica_keeps_every_message_and_consum
             await all_there(nc, 12)
             ack = await _req(nc, name, b"after")
             assert ack.get("seq") == 13, ack
-            # (the consumer's replica started anew with r1, its state in memory: given a state again, which the
-            # scale-up below carries over to the renamed group)
+            # the consumer's state kept by r1 (goconsumerstore): delivered 12, ack floor 4, 5-10 pending; their
+            # acks taken, then the next message delivered (the scale-up below carries the state over)
+            async def consumer_back():
+                ci = await _req(nc, f"$JS.API.CONSUMER.INFO.{name}.C", b"")
+                return ci if (ci.get("cluster") or {}).get("leader") == "r1" else None
+            ci = await CAP._until(consumer_back, 60, what="the consumer led by r1 after its restart")
+            assert (ci["delivered"]["stream_seq"], ci["ack_floor"]["stream_seq"], ci["num_ack_pending"]) == \
+                (12, 4, 6), ci
+            for reply in pending_replies:
+                await nc.request(reply, b"+ACK", timeout=10)
             psub = await nc.jetstream().pull_subscribe_bind("C", name)
             got = []
             deadline = time.monotonic() + 30
@@ -589,9 +598,10 @@ async def test_a_scale_down_to_the_rillet_replica_keeps_every_message_and_consum
                 except nats.errors.TimeoutError:
                     pass
             assert got, "no delivery after r1's restart"
+            assert (got[0].metadata.sequence.stream, got[0].metadata.num_delivered) == (13, 1)
             await got[0].ack_sync()
             before = await _req(nc, f"$JS.API.CONSUMER.INFO.{name}.C", b"")
-            assert before["ack_floor"]["stream_seq"] == before["delivered"]["stream_seq"] > 0, before
+            assert before["ack_floor"]["stream_seq"] == before["delivered"]["stream_seq"] == 13, before
 
             # scaled up again (R1 -> R2): nats-server's meta leader names the group anew, with a desired state
             # whose origin is r1 alone. r1's replica keeps its files (they were removed: the stream lost), leads
