@@ -192,7 +192,8 @@ async def test_restarted_rillet_replica_has_its_state_at_once_and_leads_from_it(
     entries made while it was down are applied, no snapshot). A step-down makes it leader: it delivers 13 on,
     takes the acks of 8-10 and redelivers no acked message. The stream's replica likewise: its log starts at the
     index its store was applied up to, it is caught up from there (31-35, published while it was down, no
-    snapshot), and, made leader, holds every message."""
+    snapshot), and, made leader, holds every message. A consumer deleted while r1 was down: its kept state is
+    removed once r1's meta state is current."""
     import nats
     from helpers import free_port, serve_config
     from rillet.jetstream.cluster.golead import LEADER
@@ -231,6 +232,14 @@ async def test_restarted_rillet_replica_has_its_state_at_once_and_leads_from_it(
             await _until(lambda: rep.kept is not None and not rep.kept.dirty and rep.kept.applied == rep.raft.applied,
                          10, what="the state written by the flusher")
             kept_index, kept_term = rep.kept.applied, rep.kept.term
+            # another consumer with a kept state, deleted while r1 is down: its file goes once r1 is current
+            await js.add_consumer("CS", durable_name="Q", ack_policy="explicit", num_replicas=3, timeout=30)
+            qsub = await js.pull_subscribe_bind("Q", "CS")
+            for msg in await _fetch(qsub, 1):
+                await msg.ack_sync()
+            await _until(lambda: ("A", "CS", "Q") in m.replicas and m.replicas[("A", "CS", "Q")].kept.writes > 0,
+                         30, what="Q's state written on r1")
+            qpath = m.replicas[("A", "CS", "Q")].kept.path
             srep = m.replicas[("A", "CS")]
             await _until(lambda: srep.store.state().last_seq == 30, 30, what="r1's stream replica at 30")
             stream_index = srep.applied_index
@@ -246,6 +255,8 @@ async def test_restarted_rillet_replica_has_its_state_at_once_and_leads_from_it(
         assert _state(ci_go)[:5] == (12, 12, 7, 7, 3)
         for i in range(31, 36):
             assert (await js.publish(f"cs.{i % 3}", f"m{i}".encode())).seq == i
+        await js.delete_consumer("CS", "Q")
+        assert os.path.exists(qpath)
 
         async with serve_config(conf) as srv:
             m = await _member(srv)
@@ -265,6 +276,8 @@ async def test_restarted_rillet_replica_has_its_state_at_once_and_leads_from_it(
             assert 0 < sum(rep.ops.values()) < before_ops, (rep.ops, before_ops)
             await _until(lambda: srep.store.state().last_seq == 35, 60, what="r1's stream replica caught up")
             assert srep.snapshots_installed == 0 and srep.apply_errors == 0 and srep.raft.base_index == stream_index
+            await _until(lambda: not os.path.exists(qpath), 30, what="Q's kept state removed")
+            assert os.path.exists(rep.kept.path) and ("A", "CS", "Q") not in m.replicas
             # led by the restarted replica: from 13 on, no acked message again
             ci = await _consumer_to(g0, "CS", "P", "r1")
             assert ci.cluster.leader == "r1" and _state(ci)[:5] == (12, 12, 7, 7, 3)
@@ -301,3 +314,18 @@ async def test_restarted_rillet_replica_has_its_state_at_once_and_leads_from_it(
 def _state_of(rep) -> tuple:
     c = rep.consumer
     return (c.delivered_consumer, c.delivered_stream, c.ack_floor_consumer, c.ack_floor_stream, sorted(c.pending))
+
+
+def test_kept_states_of_consumers_not_placed_here_are_pruned(tmp_path):
+    from rillet.jetstream.cluster.goconsumerstore import prune_orphans
+    for name in ("C", "D"):
+        rep = _replica(tmp_path, name=name)
+        _feed(rep, ENTRIES[:1])
+        rep.stop()
+    root = tmp_path / "go_consumers" / "A" / "S"
+    assert sorted(os.listdir(root)) == ["C", "D"]
+    log = _Log()
+    assert prune_orphans(str(tmp_path), {("A", "S", "C")}, log) == 1
+    assert os.listdir(root) == ["C"] and any("removed" in t for _k, t in log.lines)
+    assert prune_orphans(str(tmp_path), set(), log) == 1 and not root.exists()
+    assert prune_orphans(str(tmp_path / "none"), set(), log) == 0

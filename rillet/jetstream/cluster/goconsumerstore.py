@@ -24,6 +24,10 @@ replica starts empty, voting as empty: never as holding what it may not have).
 
 Not kept: the RAFT log itself (entries appended but not yet applied when the server stopped are asked for
 again), and the pull requests the leader shares (nats-server does not keep them in ``o.dat`` either).
+
+Files of consumers the meta group no longer places here (removed, or moved away, while this server was down)
+are removed once the meta state is current after a start (``prune_orphans``, as nats-server's checkForOrphans
+removes the consumers it recovered that have no assignment).
 """
 from __future__ import annotations
 
@@ -37,7 +41,7 @@ from rillet.durable import fsync_dir, make_dirs_durable, read_json, write_json
 from rillet.jetstream.cluster.goconsumerstate import decode_consumer_state, encode_consumer_state
 from rillet.raft import gowire as gw
 
-__all__ = ["ConsumerStateFile", "KeptConsumerState", "FLUSH_EVERY"]
+__all__ = ["ConsumerStateFile", "KeptConsumerState", "FLUSH_EVERY", "prune_orphans"]
 
 FLUSH_EVERY = 0.1  # seconds: at most one write per consumer in this time (nats-server's flushLoop minTime)
 FILE = "state.json"
@@ -244,3 +248,22 @@ class KeptConsumerState:
         super().stop()  # type: ignore[misc]
         if self.kept is not None:
             self.kept.stop(remove)
+
+
+def prune_orphans(store_dir: str, assigned: set, log: Any) -> int:
+    """Remove the kept states under ``store_dir`` of consumers not in ``assigned`` ((account, stream, consumer)
+    placed on this server by the current meta state); returns how many went."""
+    root = os.path.join(store_dir, "go_consumers")
+    removed = 0
+    for acc in sorted(os.listdir(root)) if os.path.isdir(root) else ():
+        for stream in sorted(os.listdir(os.path.join(root, acc))):
+            sdir = os.path.join(root, acc, stream)
+            for name in sorted(os.listdir(sdir)):
+                if (acc, stream, name) not in assigned:
+                    shutil.rmtree(os.path.join(sdir, name))
+                    removed += 1
+                    log.notice(f"JetStream consumer '{acc} > {stream} > {name}': its kept replica state removed "
+                               "(not placed on this server)")
+            if not os.listdir(sdir):
+                os.rmdir(sdir)
+    return removed

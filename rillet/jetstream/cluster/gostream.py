@@ -64,7 +64,7 @@ from rillet.jetstream.cluster.golead import LEADER
 from rillet.jetstream.cluster.gometa import Committed, GoMetaMember
 from rillet.jetstream.cluster.goconsumerlead import ConsumerLeading
 from rillet.jetstream.cluster.goconsumerstate import ConsumerReplicaState, decode_consumer_state, encode_consumer_state
-from rillet.jetstream.cluster.goconsumerstore import KeptConsumerState
+from rillet.jetstream.cluster.goconsumerstore import KeptConsumerState, prune_orphans
 from rillet.jetstream.cluster.gostreamapplied import load_applied, save_applied, start_at_applied
 from rillet.jetstream.cluster.godirect import ReplicaDirectGets
 from rillet.jetstream.cluster.gostreamlead import StreamLeading, store_state_doc
@@ -832,6 +832,7 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
     ``lead``: a stream replica named by a leadership transfer leads its group; ``stand`` (with ``lead``): it
     also stands for election on its own (gostreamlead.StreamLeading.stand_in_group)."""
     replicas: dict[tuple, GoMetaMember] = {}
+    pruned: list[bool] = []  # (kept consumer states of consumers not placed here: removed once, when current)
     if store_dir and lead:
         # one-replica streams placed here: run by Rillet's own engine (no RAFT group, as nats-server's R1)
         from rillet.jetstream.cluster.gosolo import SoloHost
@@ -884,6 +885,9 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
                 if me in ((ca.get("group") or {}).get("peers") or ()):
                     want[key + (cname,)] = ("consumer", ca)
         carried: dict[tuple, ConsumerReplicaState] = handed
+        if current and store_dir and not pruned:
+            pruned.append(True)
+            prune_orphans(store_dir, {k for k, (kind, _a) in want.items() if kind == "consumer"}, member.log)
         for key in list(replicas):
             r = replicas[key]
             if key not in want or want[key][1]["group"]["name"] != r.group:
