@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from rillet.jetstream.cluster import gowire as ge
 from rillet.jetstream.cluster.gostream import GoStreamReplica
-from rillet.jetstream.cluster.gostreamapplied import load_applied, save_applied
+from rillet.jetstream.cluster.gostreamapplied import kept_last_seq, load_applied, save_applied
 from rillet.raft import gowire as gw
 
 PEERS = [gw.peer_id(n) for n in ("r1", "g0", "g1")]
@@ -88,3 +88,32 @@ def test_no_position_without_a_term_or_from_a_renamed_groups_files(tmp_path):
     old.store.stop()
     save_applied(path, 2, 0, 0)
     assert load_applied(path) == (2, 0, 0)
+
+
+def test_a_store_behind_its_applied_file_is_reported_and_no_position_claimed(tmp_path):
+    """After a power cut under the lazy default the applied file can be ahead of the store's surviving tail:
+    the store's last sequence is kept in the file, and a store that comes back shorter is reported and the
+    replica's log does not start at the index (it would never be sent what its store lost)."""
+    rep = _replica(tmp_path)
+    _feed(rep, 3, 1)
+    path = rep._applied_path
+    assert load_applied(path) == (3, 0, 1) and kept_last_seq(path) == 3
+    rep.store.stop()
+    save_applied(path, 5, 0, 1, 5)  # (the file as written after messages 4 and 5, which the store did not keep)
+    errors: list[str] = []
+
+    class _Errors(_Log):
+        def error(self, text):
+            errors.append(text)
+    server = SimpleNamespace(system_account=object(), log=_Errors(), name="r1", loop=None)
+    a = {"stream": {"name": "S", "subjects": ["s.>"], "storage": "file", "num_replicas": 3},
+         "created": "2026-01-01T00:00:00Z", "group": {"name": "S-R3F-abcd1234", "peers": PEERS}}
+    behind = GoStreamReplica(server, "A", a, str(tmp_path))
+    assert behind.store.state().last_seq == 3 and behind.raft.pindex == 0 and behind.raft.base_index == 0
+    assert len(errors) == 1 and "its store lost messages (last sequence 3, 5 when index 5 was applied)" in errors[0]
+    behind.store.stop()
+    # a store that kept everything: the position is claimed as before
+    save_applied(path, 3, 0, 1, 3)
+    ok = _replica(tmp_path)
+    assert ok.raft.base_index == 3 and ok.raft.pindex == 3
+    ok.store.stop()

@@ -243,7 +243,7 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
     def _save_applied(self) -> None:
         if self._applied_path:  # (index, failed proposals and the applied entry's term: gostreamapplied)
             save_applied(self._applied_path, self.applied_index, self.clfs,
-                         self.raft.term_at(self.applied_index) or 0)
+                         self.raft.term_at(self.applied_index) or 0, self.store.state().last_seq)
 
     def start(self, js_api: bool = False) -> None:
         super().start(js_api)

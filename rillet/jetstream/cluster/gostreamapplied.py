@@ -1,10 +1,14 @@
 """A Go stream group's replica on a Rillet server: the RAFT position kept beside its file store (the ``applied``
 file), so that a restarted replica's log starts where its store is, as at a snapshot of it.
 
-The file holds the index applied to the store, the count of failed proposals (``clfs``) and the term of the
-entry at that index (u64 little-endian each; files of 8 and 16 bytes, written before the term was kept, give
-no term). It is written after each batch of committed entries is applied, with the store's own write-back (no
-fsync of its own: it is written when the entries' effects are).
+The file holds the index applied to the store, the count of failed proposals (``clfs``), the term of the
+entry at that index and the store's last sequence then (u64 little-endian each; files of 8 and 16 bytes,
+written before the term was kept, give no term; 24 bytes, no last sequence). It is written after each batch of
+committed entries is applied, with the store's own write-back (no fsync of its own: it is written when the
+entries' effects are). So after a power cut under the lazy default the file can be ahead of what the store
+kept: a store that comes back with a lower last sequence than the file says is reported (an error in the log)
+and the replica's log does not start at that index (its position is not claimed; it is not repaired either:
+the entries up to the index are still taken as applied).
 
 On a restart (``start_at_applied``) a replica whose file gives the index and its term starts its log there:
 base index and term, the store's state as its stream snapshot (nats-server's encoding), commit and applied at
@@ -23,7 +27,7 @@ from typing import Any
 
 from rillet.raft import gowire as gw
 
-__all__ = ["load_applied", "save_applied", "start_at_applied"]
+__all__ = ["kept_last_seq", "load_applied", "save_applied", "start_at_applied"]
 
 
 def load_applied(path: str) -> tuple[int, int, int]:
@@ -34,17 +38,28 @@ def load_applied(path: str) -> tuple[int, int, int]:
             raw = f.read()
     except FileNotFoundError:
         return 0, 0, 0
-    if len(raw) not in (8, 16, 24):
+    if len(raw) not in (8, 16, 24, 32):
         raise ValueError(f"{path}: not an applied index ({len(raw)} bytes)")
     return (int.from_bytes(raw[:8], "little"), int.from_bytes(raw[8:16], "little"),
             int.from_bytes(raw[16:24], "little"))
 
 
-def save_applied(path: str, index: int, clfs: int, term: int) -> None:
+def kept_last_seq(path: str) -> int:
+    """The store's last sequence when ``path`` was written (0: not kept, or no file)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return 0
+    return int.from_bytes(raw[24:32], "little") if len(raw) == 32 else 0
+
+
+def save_applied(path: str, index: int, clfs: int, term: int, last_seq: int = 0) -> None:
     """(with the store's own write-back: written when the entries' effects are, without an fsync of its own)"""
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
-        f.write(index.to_bytes(8, "little") + clfs.to_bytes(8, "little") + term.to_bytes(8, "little"))
+        f.write(index.to_bytes(8, "little") + clfs.to_bytes(8, "little") + term.to_bytes(8, "little")
+                + last_seq.to_bytes(8, "little"))
     os.replace(tmp, path)
 
 
@@ -54,6 +69,12 @@ def start_at_applied(rep: Any, term: int) -> bool:
     Returns whether it did."""
     r = rep.raft
     if not (rep.applied_index > 0 and term > 0 and r.pindex == 0 and not r._log):
+        return False
+    kept, last = kept_last_seq(rep._applied_path), rep.store.state().last_seq
+    if kept > last:
+        rep.log.error(f"JetStream stream '{rep.account} > {rep.name}' [{rep.group}]: its store lost messages "
+                      f"(last sequence {last}, {kept} when index {rep.applied_index} was applied): its log does "
+                      f"not start at that index")
         return False
     r.base_index, r.base_term = rep.applied_index, term
     r.commit = r.applied = rep.applied_index
