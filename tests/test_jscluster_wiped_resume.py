@@ -23,47 +23,13 @@ import json
 import os
 import shutil
 import time
-import urllib.error
-import urllib.request
 
 import nats
 
 from helpers import ServerProcess, free_port
+from tests.test_jscluster_wiped_replica import _conf, _get, _stream_msgs  # (the same three servers)
 
 NAMES = ["s0", "s1", "s2"]
-
-
-def _conf(tmp: str, name: str, port: int, http: int, rport: int, routes: list[int]) -> str:
-    rs = ", ".join(f"nats-route://127.0.0.1:{p}" for p in routes)
-    text = "\n".join([
-        f"listen: 127.0.0.1:{port}", f"http: 127.0.0.1:{http}", f"server_name: {name}",
-        'accounts { SYS { users [{user: sys, password: sys}] }, '
-        'G { jetstream: enabled, users [{user: a, password: a}] } }', "system_account: SYS",
-        f'jetstream {{ store_dir: "{os.path.join(tmp, name)}", sync_interval: always }}',
-        f"cluster {{ name: C, listen: 127.0.0.1:{rport}, routes: [{rs}] }}"]) + "\n"
-    path = os.path.join(tmp, f"{name}.conf")
-    with open(path, "w") as f:
-        f.write(text)
-    return path
-
-
-def _get(http: int, path: str) -> tuple[int, dict]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{http}{path}", timeout=3) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
-    except OSError:
-        return 0, {}
-
-
-def _stream_msgs(http: int) -> int | None:
-    code, d = _get(http, "/jsz?accounts=true&streams=true")
-    for acc in d.get("account_details") or []:
-        for sd in acc.get("stream_detail") or []:
-            if sd.get("name") == "W":
-                return int(sd["state"]["messages"])
-    return None
 
 
 async def _api(nc, subject: str, body: dict | None = None, timeout: float = 3.0) -> dict | None:

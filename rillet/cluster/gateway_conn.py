@@ -383,13 +383,12 @@ class GatewayConn(ServerConn):
         from rillet.gocompat.monitorfmt import rtt_string, uptime
         now = time.time()
         d: dict[str, Any] = {"configured": bool(self.outbound and self.cfg is not None and not self.cfg.implicit)}
-        t = self.transport
         conn: dict[str, Any] = {
             "cid": self.cid, "kind": "Gateway", "ip": self.host, "port": self.port,
             "start": format_time(unix_ns(self.start_time)), "last_activity": format_time(unix_ns(self.last_activity)),
             "rtt": rtt_string(self.rtt)[0] if self.rtt else "0s",
             "uptime": uptime(now - self.start_time), "idle": uptime(now - self.last_activity),
-            "pending_bytes": t.get_write_buffer_size() + len(self.out) if t is not None else len(self.out),
+            "pending_bytes": self.pending_bytes(),
             "in_msgs": self.in_msgs, "out_msgs": self.out_msgs, "in_bytes": self.in_bytes,
             "out_bytes": self.out_bytes,
             "subscriptions": sum(len(e.subs) for e in self.outsim.values() if e is not None),

@@ -438,9 +438,8 @@ class RouteConn(ServerConn):
         }
         if self.rtt:
             d["rtt"] = rtt_string(self.rtt)[0]
-        t = self.transport
         d.update({"uptime": uptime(now - self.start_time), "idle": uptime(now - self.last_activity),
-                  "pending_size": t.get_write_buffer_size() + len(self.out) if t is not None else len(self.out),
+                  "pending_size": self.pending_bytes(),
                   "in_msgs": self.in_msgs, "out_msgs": self.out_msgs, "in_bytes": self.in_bytes,
                   "out_bytes": self.out_bytes, "subscriptions": len(self.rsubs)})
         detail, plain = q.get("subs", (False, False))

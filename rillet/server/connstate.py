@@ -166,6 +166,12 @@ class ConnBase:
             srv.flush_clients()
         self._ping_timer = srv.loop.call_later(self._ping_interval(), self._ping_tick)
 
+    def pending_bytes(self) -> int:
+        """Output not yet written: what asyncio holds for the socket and the buffer being built (/routez,
+        /gatewayz, statsz)."""
+        t = self.transport  # type: ignore[attr-defined]
+        return (t.get_write_buffer_size() if t is not None else 0) + len(self.out)  # type: ignore[attr-defined]
+
     def log_prefix(self) -> str:
         raise NotImplementedError
 

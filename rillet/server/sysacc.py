@@ -442,12 +442,11 @@ def _msgs(m: int, b: int) -> dict:
 
 def _route_stat(r: Any) -> dict:
     """A route in statsz (nats-server's RouteStat)."""
-    t = r.transport
     d = {"rid": r.cid}
     if r.remote_name:
         d["name"] = r.remote_name
     return d | {"sent": _msgs(r.out_msgs, r.out_bytes), "received": _msgs(r.in_msgs, r.in_bytes),
-                "pending": (t.get_write_buffer_size() if t is not None else 0) + len(r.out)}
+                "pending": r.pending_bytes()}
 
 
 def _gateway_stats(srv: Any) -> list[dict]:
