@@ -36,6 +36,22 @@ async def cl():
     assert not errs, errs[:5]
 
 
+@pytest.fixture
+async def server_gc():
+    """The servers here run in the test process, under its collector: after thousands of tests that heap is
+    millions of objects, and one collection of its oldest generation stalled the loop 476 ms in a CI run of the
+    whole suite. ``rillet-server`` paces its collector (rillet.server.gcpolicy); the servers here run the same."""
+    from rillet.server.gcpolicy import policy
+    if policy.installed:
+        yield policy
+        return
+    policy.install(asyncio.get_running_loop())
+    try:
+        yield policy
+    finally:
+        policy.uninstall()
+
+
 def reps(servers, name: str, acc: str = "$G"):
     """Each server's replica of stream ``name`` (None where it has none)."""
     return [s.jetstream.cluster.streams.replica(acc, name) for s in servers]

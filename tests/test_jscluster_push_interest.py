@@ -11,12 +11,12 @@ import time
 
 from nats.js.api import ConsumerConfig
 
-from jscluster_support import cl, until  # noqa: F401 (the fixture)
+from jscluster_support import cl, server_gc, until  # noqa: F401 (the fixtures)
 
 TRIES = 12  # consumers are placed at random among 3 servers: 12 tries land off the client's server but for ~1e-6
 
 
-async def test_push_consumer_on_another_server_delivers_at_once(cl):
+async def test_push_consumer_on_another_server_delivers_at_once(cl, server_gc):
     servers, nc, js = cl
     await js.add_stream(name="P", subjects=["p.>"], num_replicas=3)
     await js.publish("p.x", b"hello")
@@ -45,4 +45,6 @@ async def test_push_consumer_on_another_server_delivers_at_once(cl):
         if len(off) >= 3:
             break
     assert len(off) >= 3, "too few consumers placed off the client's server"
-    assert max(off) < 0.5, [round(t, 3) for t in off]
+    # the bug delivered every time on the 1 s poll (~0.95 s after the subscription); one sample can also meet a
+    # stall of the test process (a CI run saw 0.653, 0.001, 0.001), so the median is judged
+    assert sorted(off)[len(off) // 2] < 0.5, [round(t, 3) for t in off]

@@ -13,24 +13,8 @@ import time
 import nats
 import pytest
 
-from jscluster_support import until, cl, reps  # noqa: F401 (the fixture)
+from jscluster_support import until, cl, reps, server_gc  # noqa: F401 (the fixtures)
 from tests.test_js_snapshot import BYSTANDER, p99, restore, take_snapshot
-
-
-@pytest.fixture
-async def server_gc():
-    """The servers here run in the test process, under its collector: after thousands of tests that heap is
-    millions of objects, and one collection of its oldest generation stalled the loop 476 ms in a CI run of the
-    whole suite. ``rillet-server`` paces its collector (rillet.server.gcpolicy); the servers here run the same."""
-    from rillet.server.gcpolicy import policy
-    if policy.installed:
-        yield policy
-        return
-    policy.install(asyncio.get_running_loop())
-    try:
-        yield policy
-    finally:
-        policy.uninstall()
 
 
 def store_states(servers, name: str):
