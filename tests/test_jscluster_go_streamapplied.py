@@ -90,16 +90,32 @@ def test_no_position_without_a_term_or_from_a_renamed_groups_files(tmp_path):
     assert load_applied(path) == (2, 0, 0)
 
 
-def test_a_store_behind_its_applied_file_is_reported_and_no_position_claimed(tmp_path):
-    """After a power cut under the lazy default the applied file can be ahead of the store's surviving tail:
-    the store's last sequence is kept in the file, and a store that comes back shorter is reported and the
-    replica's log does not start at the index (it would never be sent what its store lost)."""
+class _IC:
+    """The internal client of a replica without a server: what it subscribes and publishes."""
+
+    def __init__(self):
+        self.subs, self.pubs = [], []
+
+    def subscribe(self, subject, cb):
+        self.subs.append(subject)
+        return subject
+
+    def remove_sub(self, sub):
+        self.subs.remove(sub)
+
+    def publish(self, subject, reply, payload):
+        self.pubs.append((bytes(subject), reply, bytes(payload)))
+
+
+def _behind(tmp_path, peers=PEERS):
+    """A replica fed 3 messages, its applied file then rewritten as after messages 4 and 5, which its store did
+    not keep (a power cut under the lazy default); made again. Returns it and the errors it logged."""
     rep = _replica(tmp_path)
     _feed(rep, 3, 1)
     path = rep._applied_path
     assert load_applied(path) == (3, 0, 1) and kept_last_seq(path) == 3
     rep.store.stop()
-    save_applied(path, 5, 0, 1, 5)  # (the file as written after messages 4 and 5, which the store did not keep)
+    save_applied(path, 5, 0, 1, 5)
     errors: list[str] = []
 
     class _Errors(_Log):
@@ -107,13 +123,58 @@ def test_a_store_behind_its_applied_file_is_reported_and_no_position_claimed(tmp
             errors.append(text)
     server = SimpleNamespace(system_account=object(), log=_Errors(), name="r1", loop=None)
     a = {"stream": {"name": "S", "subjects": ["s.>"], "storage": "file", "num_replicas": 3},
-         "created": "2026-01-01T00:00:00Z", "group": {"name": "S-R3F-abcd1234", "peers": PEERS}}
-    behind = GoStreamReplica(server, "A", a, str(tmp_path))
-    assert behind.store.state().last_seq == 3 and behind.raft.pindex == 0 and behind.raft.base_index == 0
-    assert len(errors) == 1 and "its store lost messages (last sequence 3, 5 when index 5 was applied)" in errors[0]
+         "created": "2026-01-01T00:00:00Z", "group": {"name": "S-R3F-abcd1234", "peers": peers},
+         "sync": "$JSC.SYNC.abcd"}
+    return GoStreamReplica(server, "A", a, str(tmp_path)), errors
+
+
+def test_a_store_behind_its_applied_file_fetches_what_it_lost_from_the_leader(tmp_path):
+    """After a power cut under the lazy default the applied file can be ahead of the store's surviving tail:
+    the store's last sequence is kept in the file, and a store that comes back shorter is reported, its log
+    starts at the index all the same, and it asks the leader for the lost messages with a $JSC.SYNC catch-up
+    (nats-server's sync request), holding the entries committed meanwhile until they are stored."""
+    behind, errors = _behind(tmp_path)
+    r = behind.raft
+    assert behind.store.state().last_seq == 3 and (r.base_index, r.base_term, r.pindex) == (5, 1, 5)
+    assert len(errors) == 1 and "its store lost messages (last sequence 3, 5 when index 5 was applied): " \
+        "fetching 4..5 again from the leader" in errors[0]
+    assert ge.StreamSnapshot.decode(r.snapshot_data).last_seq == 5  # (the state at the index, not the store's)
+    assert behind._snap is not None and not behind._alone()
+    behind.ic = _IC()
+    behind._request_catchup()
+    (subject, reply, payload), = behind.ic.pubs
+    assert subject == b"$JSC.SYNC.abcd" and reply.startswith(b"$JSC.R.")
+    assert payload == (b'{"peer":"' + behind.peer.encode()
+                       + b'","first_seq":4,"last_seq":5,"delete_ranges":true,"min_applied":5}')
+    # the leader's next entry (index 6, message 6) waits for the catch-up
+    _o, done = r.append("append", "", "", gw.AppendEntry(GO, 1, 5, 1, 5, (_msg(5),)), 0.0)
+    _o, done2 = r.append("append", "", "", gw.AppendEntry(GO, 1, 6, 1, 6, ()), 0.0)
+    behind._commit(done + done2)
+    assert behind.store.state().last_seq == 3 and len(behind._held) == 1
+    inbox = reply
+    for seq in (4, 5):
+        behind.ic.pubs.clear()
+        behind._on_catchup(None, None, inbox, b"$JSC.ACK.x.1", 0,
+                           ge.StreamMsg(seq, time.time_ns(), "s.b", "", b"", b"again%d" % seq).encode())
+        assert behind.ic.pubs == [(b"$JSC.ACK.x.1", None, b"")]  # (flow control: one answer each)
+    behind._on_catchup(None, None, inbox, None, 0, b"")  # (the end)
+    st = behind.store.state()
+    assert (st.msgs, st.first_seq, st.last_seq) == (6, 1, 6) and behind._snap is None and not behind._held
+    assert bytes(behind.store.load_msg(5).data) == b"again5" and behind.applied_index == 6
+    assert behind.apply_errors == 0 and behind.catchups == 1
+    assert ge.StreamSnapshot.decode(r.snapshot_data).msgs == 5  # (the store's state at index 5, now complete)
+    assert kept_last_seq(behind._applied_path) == 6
     behind.store.stop()
-    # a store that kept everything: the position is claimed as before
-    save_applied(path, 3, 0, 1, 3)
+    # a store that kept everything: the position is claimed, nothing fetched
+    save_applied(behind._applied_path, 6, 0, 1, 6)
     ok = _replica(tmp_path)
-    assert ok.raft.base_index == 3 and ok.raft.pindex == 3
+    assert ok.raft.base_index == 6 and ok.raft.pindex == 6 and ok._snap is None
     ok.store.stop()
+
+
+def test_a_group_of_one_whose_store_lost_its_tail_reports_it(tmp_path):
+    """Nobody else holds the messages: reported, and its log starts at the index (the group goes on alone)."""
+    alone, errors = _behind(tmp_path, peers=[gw.peer_id("r1")])
+    assert alone.raft.base_index == 5 and alone._snap is None
+    assert len(errors) == 1 and errors[0].endswith("no other replica to fetch them from")
+    alone.store.stop()

@@ -48,7 +48,8 @@ also stands for election on its own.
 
 A consumer replica keeps its state, applied index and term and vote on disk (rillet.jetstream.cluster.goconsumerstore).
 A restarted stream replica's log starts at the index its store was applied up to, the store's state as its
-snapshot (rillet.jetstream.cluster.gostreamapplied). Not yet: a stream replica's RAFT log on disk.
+snapshot, and a store that lost its tail fetches it from the leader (rillet.jetstream.cluster.gostreamapplied).
+Not yet: a stream replica's RAFT log on disk.
 """
 from __future__ import annotations
 
@@ -56,6 +57,7 @@ import json
 import os
 import shutil
 import time
+from dataclasses import replace
 from typing import Any, Optional
 
 from rillet.gocompat.gotime import GoTimeError, time_ns
@@ -248,6 +250,8 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
     def start(self, js_api: bool = False) -> None:
         super().start(js_api)
         self._subs.append(self.ic.subscribe(f"$JSC.SI.{self.account}.{self.name}", self._on_state_request))
+        if self._snap is not None and self._jsc_sub is None:
+            self._request_catchup()  # (a store that lost its tail in a power cut: gostreamapplied)
         self._arm_expiry()
         self.direct.check()
 
@@ -485,6 +489,9 @@ class GoStreamReplica(StreamLeading, GoMetaMember):
 
     def _caught_up(self) -> None:
         self.catchups += 1
+        self._rebuild_dedup()  # (the message ids caught up, within the duplicate window)
+        if self.raft.base_index == self._snap_index:  # (the log's snapshot: the store's state from now)
+            self.raft.snapshot_data = replace(self.stream_snapshot(), sources=self._snap.sources).encode()
         last = self.store.load_msg(self.store.state().last_seq) if self.store.state().last_seq else None
         self.lmsgid = (H.get_header(bytes(last.hdr), H.MSG_ID) or "") if last is not None and last.hdr else ""
         self.applied_index = max(self.applied_index, self._snap_index)

@@ -7,8 +7,13 @@ written before the term was kept, give no term; 24 bytes, no last sequence). It 
 committed entries is applied, with the store's own write-back (no fsync of its own: it is written when the
 entries' effects are). So after a power cut under the lazy default the file can be ahead of what the store
 kept: a store that comes back with a lower last sequence than the file says is reported (an error in the log)
-and the replica's log does not start at that index (its position is not claimed; it is not repaired either:
-the entries up to the index are still taken as applied).
+and fetched again from the group's leader, as nats-server's replica whose store is behind a snapshot fetches
+what it lacks (``processSnapshot``): the log starts at the index all the same, the lost tail is asked for with
+a ``$JSC.SYNC`` catch-up (``first_seq`` the store's last sequence + 1, ``last_seq`` the kept one,
+``min_applied`` the index; the leader answers with the messages, flow-controlled on ``$JSC.ACK``), and the
+entries committed meanwhile wait for it (``GoStreamReplica._snap``). While it catches up the replica neither
+stands for election nor answers direct gets. A group of this server alone has nobody to fetch from: the loss
+is reported and the position claimed as before.
 
 On a restart (``start_at_applied``) a replica whose file gives the index and its term starts its log there:
 base index and term, the store's state as its stream snapshot (nats-server's encoding), commit and applied at
@@ -25,6 +30,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from rillet.jetstream.cluster import gowire as ge
 from rillet.raft import gowire as gw
 
 __all__ = ["kept_last_seq", "load_applied", "save_applied", "start_at_applied"]
@@ -71,15 +77,28 @@ def start_at_applied(rep: Any, term: int) -> bool:
     if not (rep.applied_index > 0 and term > 0 and r.pindex == 0 and not r._log):
         return False
     kept, last = kept_last_seq(rep._applied_path), rep.store.state().last_seq
-    if kept > last:
+    lost = kept > last
+    others = set(r.peers) - {rep.peer}
+    if lost and not (others and rep.assignment.get("sync")):
         rep.log.error(f"JetStream stream '{rep.account} > {rep.name}' [{rep.group}]: its store lost messages "
-                      f"(last sequence {last}, {kept} when index {rep.applied_index} was applied): its log does "
-                      f"not start at that index")
-        return False
+                      f"(last sequence {last}, {kept} when index {rep.applied_index} was applied)"
+                      + (": no other replica to fetch them from" if not others else
+                         ": its log does not start at that index (the assignment has no sync subject)"))
+        if others:
+            return False
     r.base_index, r.base_term = rep.applied_index, term
     r.commit = r.applied = rep.applied_index
     r.term = max(r.term, term)
-    r.snapshot_data = rep.stream_snapshot().encode()
+    snap = rep.stream_snapshot()
+    if lost and others:
+        # (the log's snapshot is the state the store had at the index: its last sequence the kept one; the
+        # snapshot of the store itself replaces it once the catch-up completes, GoStreamReplica._caught_up)
+        snap = ge.StreamSnapshot(snap.msgs, snap.bytes, snap.first_seq, kept, snap.failed, snap.deleted, None)
+        rep._snap, rep._snap_index = snap, rep.applied_index
+        rep.log.error(f"JetStream stream '{rep.account} > {rep.name}' [{rep.group}]: its store lost messages "
+                      f"(last sequence {last}, {kept} when index {rep.applied_index} was applied): fetching "
+                      f"{last + 1}..{kept} again from the leader")
+    r.snapshot_data = snap.encode()
     r.snapshot_peer_state = gw.PeerState(tuple(sorted(r.peers)), r.cluster_size, r.domain_ext).encode()
     rep.log.notice(f"JetStream stream '{rep.account} > {rep.name}' [{rep.group}]: its log starts at the index its "
                    f"store was applied up to ({rep.applied_index}, term {term})")
