@@ -16,8 +16,8 @@ nats-server's consumer store rules); without ``lead`` they are never led.
 
 With the ``rillet_go_meta`` flag, ``host_streams(member, store_dir)`` runs from the server's first route: a stream
 replica keeps its messages in a ``FileStore`` (``<store_dir>/go_streams/<account>/<stream>/msgs``), its applied
-RAFT index beside it (``applied``) and its group's term and vote (``<store_dir>/go_meta/<group>``), so a restarted
-server resumes: the leader sends its log again from the start and what was applied before is skipped. A stream
+RAFT index beside it (``applied``) and its group's term and vote (``<store_dir>/go_meta/<group>``, removed when
+the group leaves this server: gogroupfiles), so a restarted server resumes where its store is. A stream
 snapshot from the leader (``gowire.StreamSnapshot``) is installed as nats-server installs one (the first sequence
 moves up, its deleted sequences go) and, when the snapshot's last sequence is past ours, a ``$JSC.SYNC``
 catch-up by messages follows (each message answered on its ``$JSC.ACK`` reply, an empty message ends it,
@@ -67,6 +67,7 @@ from rillet.jetstream.cluster.gometa import Committed, GoMetaMember
 from rillet.jetstream.cluster.goconsumerlead import ConsumerLeading
 from rillet.jetstream.cluster.goconsumerstate import ConsumerReplicaState, decode_consumer_state, encode_consumer_state
 from rillet.jetstream.cluster.goconsumerstore import KeptConsumerState, prune_orphans
+from rillet.jetstream.cluster.gogroupfiles import forget_group, prune_groups
 from rillet.jetstream.cluster.gostreamapplied import load_applied, save_applied, start_at_applied
 from rillet.jetstream.cluster.godirect import ReplicaDirectGets
 from rillet.jetstream.cluster.gostreamlead import StreamLeading, store_state_doc
@@ -895,6 +896,7 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
         if current and store_dir and not pruned:
             pruned.append(True)
             prune_orphans(store_dir, {k for k, (kind, _a) in want.items() if kind == "consumer"}, member.log)
+            prune_groups(store_dir, {str(a["group"]["name"]) for _k, a in want.values()}, member.log)
         for key in list(replicas):
             r = replicas[key]
             if key not in want or want[key][1]["group"]["name"] != r.group:
@@ -912,6 +914,8 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
                     if (alone or grown) and isinstance(r, GoConsumerReplica) and r.consumer.has_state:
                         carried[key] = r.consumer
                 del replicas[key]
+                if store_dir:  # (its term and vote: this server is no longer a member of that group)
+                    forget_group(store_dir, r.group, member.log)
         for key, (kind, a) in want.items():
             if key in replicas:
                 if replicas[key].assignment is not a:
