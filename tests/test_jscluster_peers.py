@@ -68,3 +68,20 @@ def test_registry_updates():
     assert own.selectable and reg.get(peer_id("me")).domain == "hub"
     reg.route_added("", "IDX", "c")  # (nameless: ignored)
     assert reg.by_server_id("IDX") is None
+
+
+def test_meta_state_flag_of_rillet_statsz():
+    """A Rillet server's statsz tells whether its meta group holds state (``rillet_meta_state``): unknown (None)
+    until it says, and after a route registration replaced the entry; a Go server's never says."""
+    reg = PeerRegistry("me", "IDME")
+    assert reg.statsz(_statsz("go", "IDG")).meta_state is None
+    for v in (True, False):
+        d = json.loads(_statsz("r", "IDR"))
+        d["statsz"]["jetstream"]["rillet_meta_state"] = v
+        d["server"]["seq"] = 2 if v else 3
+        assert reg.statsz(json.dumps(d).encode()).meta_state is v
+    d["statsz"]["jetstream"]["rillet_meta_state"] = "yes"  # (not a bool: not said)
+    d["server"]["seq"] = 4
+    assert reg.statsz(json.dumps(d).encode()).meta_state is None
+    reg.route_added("r", "IDR", "c")
+    assert reg.get(peer_id("r")).meta_state is None

@@ -80,7 +80,7 @@ from rillet.jetstream.cluster.meta_compact import DEFAULT_ENTRIES as COMPACT_EVE
 from rillet.jetstream.cluster.meta_info import InfoRequests
 from rillet.jetstream.cluster.meta_monitor import MetaMonitor
 from rillet.jetstream.cluster.meta_reconcile import RECONCILE_EVERY, MetaReconcile
-from rillet.jetstream.cluster.peers import ORPHAN_AFTER, JSConfig, JSStats, PeerRegistry, peer_id
+from rillet.jetstream.cluster.peers import META_STATE_KEY, ORPHAN_AFTER, JSConfig, JSStats, PeerRegistry, peer_id
 from rillet.jetstream.cluster.wipedmember import MemberHistory
 from rillet.jetstream.log import NotLeader
 from rillet.handles import cancelled
@@ -150,6 +150,7 @@ class JetStreamCluster(MetaReconcile):
         self._compaction = MetaCompaction()  # (when to snapshot: meta_compact, meta_compact_size)
         self._timer: Optional[asyncio.TimerHandle] = None
         self._found_task: Optional[asyncio.Task] = None
+        self._meta_decided = False  # start() has seen whether a meta state is on disk (statsz META_STATE_KEY)
         self._ic: Any = None
         self._req_ids = itertools.count(1)
         self._replies: dict[str, asyncio.Future] = {}
@@ -213,6 +214,7 @@ class JetStreamCluster(MetaReconcile):
             if info is not None:
                 self._route_event("added", rc, info)
         self._refresh_local()
+        self._meta_decided = True
         if os.path.exists(os.path.join(self.store_dir, "_raft", A.META_GROUP, "peers.json")):
             log.notice("JetStream cluster recovering state")
             await self._start_group([])
@@ -277,7 +279,8 @@ class JetStreamCluster(MetaReconcile):
         leaderless_since = None
         while self.running and not self.isolated:
             n = len(self.rillet_js) + 1
-            if loop.time() - sent_at >= 0.25 and (gw is not None or n < expected):
+            undecided, held = self._peers_meta_state()
+            if loop.time() - sent_at >= 0.25 and (gw is not None or n < expected or undecided):
                 # (our statsz to the other clusters, as their gateways come up: they learn us from it; and
                 # theirs asked for, as nats-server pings for statsz: servers without JetStream too, which
                 # the founding size does not wait for once known, see _founding_size)
@@ -288,7 +291,12 @@ class JetStreamCluster(MetaReconcile):
                     self._ic.publish(b"$SYS.REQ.SERVER.PING.STATSZ", f"$JSC.Z.{self.peer}".encode(), b"")
             if n != last_count:
                 last_count, since = n, loop.time()
-            elif n >= self._founding_size(expected) and loop.time() - since >= settle and self._gateways_up():
+            elif (n >= self._founding_size(expected) and loop.time() - since >= settle and self._gateways_up()
+                  and not undecided and not held):
+                # (founding waits to hear from every Rillet server it knows whether its meta group holds state,
+                # and founds nothing beside one that does: two servers whose stores were lost, started with the
+                # survivor before its group had a leader, founded a new, empty group between themselves and every
+                # stream was forgotten. They join the survivor's group below, without votes until caught up)
                 break
             ml = self._running_meta_leader() if loop.time() - since >= settle else ""
             if ml:
@@ -310,7 +318,19 @@ class JetStreamCluster(MetaReconcile):
                     # committed with it and with this member's lost log may be missing from the others), which
                     # then sends it the log and the voters)
                     self.log.notice("JetStream cluster: a meta group without a leader is running, joining it")
-                    await self._start_group([], join=True)
+                    if held and n >= self._founding_size(expected):
+                        # (every server known, and one holds state where this one holds none: the servers whose
+                        # stores were lost are a quorum, or the others are down. Joining with the known set, its
+                        # recovery queries reach the members that kept their logs, which report the loss)
+                        self.log.error("JetStream cluster: this server's meta state is gone while "
+                                       f"{', '.join(sorted(held))} kept theirs: joining their meta group, without a "
+                                       "vote until caught up from its leader (if the servers that kept a meta state "
+                                       "are fewer than a quorum, it elects none: $JS.API.META.RESCUE on one of them "
+                                       "accepts the loss)")
+                        await self._start_group(sorted({self.peer, *(peer_id(nm) for nm in self.rillet_js.values())}),
+                                                running=True)
+                    else:
+                        await self._start_group([], join=True)
                     return
             else:
                 leaderless_since = None
@@ -331,6 +351,20 @@ class JetStreamCluster(MetaReconcile):
                     and ni.meta_leader in mine):
                 return ni.meta_leader
         return ""
+
+    def _peers_meta_state(self) -> tuple[list[str], list[str]]:
+        """(the online Rillet JetStream servers of ours whose statsz has not said whether their meta group holds
+        state, those whose group does)"""
+        mine = set(self.rillet_js.values())
+        undecided, held = [], []
+        for ni in self.registry.nodes.values():
+            if ni.offline or ni.name not in mine or ni.name == self.server.name:
+                continue
+            if ni.meta_state is None:
+                undecided.append(ni.name)
+            elif ni.meta_state:
+                held.append(ni.name)
+        return undecided, held
 
     def _meta_group_seen(self) -> bool:
         """Another online Rillet JetStream server of ours runs a meta group (its statsz has a meta section)."""
@@ -536,7 +570,17 @@ class JetStreamCluster(MetaReconcile):
             d["config"]["unique_tag"] = cfg.unique_tag
         if self.group is not None:
             d["meta"] = MON.meta_cluster_info(self.mon.meta_view(), name=A.META_GROUP, with_replicas=False)
+        if self._meta_decided:
+            d[META_STATE_KEY] = self.holds_meta_state()
         return d
+
+    def holds_meta_state(self) -> bool:
+        """This server's meta group holds state: a log (or a snapshot) kept on disk or written since, or a commit
+        heard. A group just founded holds none until its first leader commits; a wiped member that joined holds
+        none until it has caught up. (False while founding.)"""
+        g = self.group
+        n = g.node if g is not None else None
+        return n is not None and (n.last_index() > 0 or n.commit > 0)
 
     # ---- the meta group -----------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Optional
 
 DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 PEER_ID_LEN = 8
@@ -33,6 +33,10 @@ ORPHAN_AFTER = 150.0  # nats-server: 5 x its 30 s events heartbeat
 FLAG_JETSTREAM = 1
 FLAG_BINARY_SNAPSHOT = 2
 FLAG_ACCOUNT_NRG = 4
+# (Rillet's own key in its statsz ``jetstream`` section; nats-server ignores it) whether the server's meta group
+# holds state: a server founding a new meta group waits to hear it from every Rillet server it knows, and founds
+# none when one of them holds state (its store survived where this one's was lost: rillet/jetstream/cluster/meta.py)
+META_STATE_KEY = "rillet_meta_state"
 
 
 def name_hash(name: str, size: int = PEER_ID_LEN) -> str:
@@ -92,6 +96,9 @@ class NodeInfo:
     statsz_seen: bool = False  # the entry comes from a statsz (``js`` is known), not only from a route
     meta_leader: str = ""  # the meta leader its last statsz named (``jetstream.meta.leader``), if any
     meta_group: bool = False  # its last statsz had a ``jetstream.meta`` section: it runs a meta group
+    # (a Rillet server, its last statsz) whether its meta group holds state (a log or a commit; from its disk or
+    # committed since): None when its statsz did not say (its meta layer has not started, or not Rillet's)
+    meta_state: Optional[bool] = None
 
     @property
     def peer(self) -> str:
@@ -244,8 +251,11 @@ class PeerRegistry:
         cfg = stats = None
         meta_leader = ""
         meta_group = False
+        meta_state = None
         jsd = (d.get("statsz") or {}).get("jetstream")
         if isinstance(jsd, dict):
+            if isinstance(jsd.get(META_STATE_KEY), bool):
+                meta_state = jsd[META_STATE_KEY]
             if isinstance(jsd.get("meta"), dict):
                 meta_group = True
                 meta_leader = str(jsd["meta"].get("leader") or "")
@@ -259,7 +269,7 @@ class PeerRegistry:
                       stats=stats, binary_snapshots=bool(flags & FLAG_BINARY_SNAPSHOT),
                       account_nrg=bool(flags & FLAG_ACCOUNT_NRG), cap_js=bool(flags & FLAG_JETSTREAM),
                       statsz_seen=True, meta_leader=meta_leader,
-                      meta_group=meta_group)
+                      meta_group=meta_group, meta_state=meta_state)
         self._store(peer_id(name), ni)
         return ni
 
