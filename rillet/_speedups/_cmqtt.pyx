@@ -259,3 +259,145 @@ def on_js_msg(self, s, _ns, c, subject, reply, hdr, msg):
         out += msg[25:]
     if not self.flush_pending:
         self.flush_soon()
+
+
+# ---- a QoS 1 PUBLISH stored straight into $MQTT_msgs ---------------------------------------------------------------
+
+cdef object _APPLY = None
+cdef object _SingleNodeLog = None
+cdef object _Entry = None
+cdef object _now_ns = None
+cdef object _mt = None
+
+
+cdef int _setup_direct() except -1:
+    global _APPLY, _SingleNodeLog, _Entry, _now_ns, _mt
+    import rillet.server.msgtrace as mt
+    from rillet.jetstream.log import Entry, SingleNodeLog
+    from rillet.jetstream.stream import Stream, now_ns
+    _SingleNodeLog = SingleNodeLog
+    _Entry = Entry
+    _now_ns = now_ns
+    _mt = mt
+    _APPLY = Stream.apply
+    return 0
+
+
+cdef bint _direct_checks(stream, subject, hdr, data, ans) except -1:
+    # (the reference's _checks_pass)
+    cfg = stream.cfg
+    if not ans.wait_write or stream._inflight or stream.store_failed or cfg.sealed or stream.jsa.limited or \
+            (hdr and b"Nats-" in hdr) or cfg.allow_msg_counter or cfg.allow_msg_schedules or \
+            cfg.republish is not None or _mt.CURRENT is not None:
+        return False
+    log = stream.log
+    if log.__class__ is not _SingleNodeLog:
+        return False
+    app = log.apply
+    if getattr(app, "__func__", None) is not _APPLY or getattr(app, "__self__", None) is not stream:
+        return False
+    cdef Py_ssize_t hl = len(hdr), dl = len(data)
+    mms = cfg.max_msg_size
+    if mms > 0 and hl + dl > mms:
+        return False
+    n = stream._bl_n + stream._wb_n
+    if n:
+        max_n, max_b = stream.ingest_limits
+        if (max_n and n >= max_n) or (max_b and stream._bl_b + stream._wb_b + hl + dl + len(subject) > max_b):
+            return False
+    if cfg.retention == "interest":
+        for c in stream.consumers.values():
+            if not c.closed and c._matches(subject):
+                c._mtook = subject
+                return True
+        return False
+    return True
+
+
+def store_direct(stream, subject, hdr, data, ans):
+    """``rillet.mqtt.direct.store_direct``, compiled (the same steps; the reference is
+    rillet.mqtt.direct.reference_store_direct)."""
+    return _store_direct(stream, subject, hdr, data, ans)
+
+
+cdef object _reference_store_cb = None
+
+
+def store_cb(self, subject, payload, hdr, ans):
+    """``JSA.store_cb``, compiled for its per-message case (the subject's direct store kept in ``_dcache`` and
+    still good: the same checks), the store then made by ``store_direct``'s compiled steps; anything else goes
+    to the reference (rillet.mqtt.store.reference_store_cb) before anything is changed."""
+    global _reference_store_cb
+    acc = self.account
+    sl = acc.sublist
+    ent = self._dcache.get(subject)
+    st = None
+    if _APPLY is None:
+        _setup_direct()
+    if ent is not None and ent[0] == sl._inserts and ent[1] == sl._removes and not acc.mappings and \
+            acc.gw is None and not self.server.trace_on and _mt.CURRENT is None:
+        st = ent[2]
+        stream = st[0]
+        if stream.cfg is not ent[3] or stream.closed or stream.replication is not None or \
+                type(stream.log) is not ent[4] or st[1].max or stream.js.sync_always:
+            st = None
+    if st is None:
+        if _reference_store_cb is None:
+            from rillet.mqtt.store import reference_store_cb
+            _reference_store_cb = reference_store_cb
+        return _reference_store_cb(self, subject, payload, hdr, ans)
+    stream, sub, isubj = st
+    sub.nm += 1
+    ic = self.ic
+    ic.in_msgs += 1
+    ic.in_bytes += len(hdr) + len(payload)
+    ans.jsa = self
+    ans.stream = stream
+    _store_direct(stream, isubj, hdr, payload, ans)
+    srv = self.server
+    if not srv._flush_scheduled:
+        srv.schedule_flush()
+
+
+cdef object _store_direct(stream, subject, hdr, data, ans):
+    if _APPLY is None:
+        _setup_direct()
+    if not _direct_checks(stream, subject, hdr, data, ans):
+        return stream.process(subject, None, hdr, data, fast=ans)
+    store = stream.store
+    seq = store.last_seq + 1
+    ts = _now_ns()
+    ans.proposed()
+    stream.log.index += 1
+    fx = stream._fx
+    if fx:
+        fx.clear()
+    try:
+        r = store.store_msg(subject, hdr, data, ts, 0)
+    except Exception as e:
+        entry = _Entry(_Entry.MSG, (subject, hdr, data, ts, 0, "", seq), ans)
+        stream._inflight.append(entry)
+        stream._bl_n += 1
+        stream._bl_b += len(subject) + len(hdr) + len(data)
+        stream._msg_done(entry, None, e)
+        return seq
+    stream._last_msg_id = ""
+    if stream._wb_pending:
+        stream._wb_n += 1
+        stream._wb_b += len(subject) + len(hdr) + len(data)
+    if stream._fx:
+        stream._run_fx()
+    sseq = r[0]
+    cfg = stream.cfg
+    if stream._expire_timer is None and cfg.max_age:
+        stream._schedule_expiry()
+    consumers = stream.consumers
+    hit = None
+    if consumers:
+        for c in list(consumers.values()):
+            if c.on_stream_msg(sseq, subject) is True and hit is None:
+                hit = c
+    if cfg.retention == "interest" and (hit is None or hit.closed or consumers.get(hit.name) is not hit):
+        stream.jsa.after_stream_msg(stream, sseq, subject)
+    stream._fast_answer(ans, sseq, 0, None)
+    return seq

@@ -18,7 +18,7 @@ from .common import (_HDRS, _INTERNAL_HDRS, MSGS_PREFIX_B, PROPS_HDR, RC_ALIAS_I
                      RC_NOT_AUTHORIZED, RC_PI_NOT_FOUND, RC_PROTOCOL, RC_QOS_NOT_SUPPORTED, RC_RECV_MAX,
                      RC_TOO_LARGE, RC_TOPIC_NAME_INVALID, RC_UNSPECIFIED, SERVER_ALIAS_MAX, _extra_of,
                      _props_from_extra)
-from .store import (MSGS_PREFIX, QOS2IN_PREFIX, QOS2IN_STREAM, JSAPIError, QoS1Store, RetainedMsg, client_hash,
+from .store import (JSA, MSGS_PREFIX, QOS2IN_PREFIX, QOS2IN_STREAM, JSAPIError, QoS1Store, RetainedMsg, client_hash,
                     make_headers, nuid, parse_headers)
 from .topics import TopicError, subject_to_topic, topic_to_subject
 
@@ -514,3 +514,4 @@ class PublishMixin:
 # in the compiled lane, its twin rillet._speedups._cmqtt.fast_in (the same steps, the packet framing read in C)
 reference_fast_in = PublishMixin._fast_in
 lane.use_compiled_methods(PublishMixin, "rillet._speedups._cmqtt", _fast_in="fast_in")
+lane.use_compiled_methods(JSA, "rillet._speedups._cmqtt", store_cb="store_cb")  # (store.reference_store_cb)

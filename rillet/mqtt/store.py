@@ -132,6 +132,18 @@ def _consumer_on_ack() -> Any:
     return _ON_ACK
 
 
+_STORE_DIRECT: Any = None
+
+
+def _store_direct() -> Any:
+    """``rillet.mqtt.direct.store_direct`` (the running lane's), imported on first use (it imports the stream)."""
+    global _STORE_DIRECT
+    if _STORE_DIRECT is None:
+        from rillet.mqtt.direct import store_direct
+        _STORE_DIRECT = store_direct
+    return _STORE_DIRECT
+
+
 def _direct_types() -> tuple[Any, Any]:
     """(Stream, SingleNodeLog), imported on first use (rillet.jetstream imports this package's users)."""
     global _DIRECT_TYPES
@@ -318,7 +330,8 @@ class JSA:
         When the subject's only subscriber is a local, unreplicated stream (``_direct``), the message goes to
         the stream's publish checks at once and ``ans`` is the answer object the stream calls (its seam for
         answers that are not a reply subject): what the publish would do, without the reply subject, its
-        sublist miss and the answer's delivery."""
+        sublist miss and the answer's delivery; ``Stream.process`` shortened to what can happen to such a
+        message (rillet.mqtt.direct.store_direct, which hands anything else to ``process``)."""
         # (_direct's answer kept for the subject, its checks inline: the per-message case)
         acc = self.account
         sl = acc.sublist
@@ -341,7 +354,7 @@ class JSA:
             ic.in_bytes += len(hdr) + len(payload)
             ans.jsa = self
             ans.stream = stream
-            stream.process(isubj, None, hdr, payload, fast=ans)
+            (_STORE_DIRECT or _store_direct())(stream, isubj, hdr, payload, ans)
             srv = self.server
             if not srv._flush_scheduled:  # (schedule_flush's own first test, without its call)
                 srv.schedule_flush()
@@ -553,6 +566,12 @@ class JSA:
             if e.err_code != ERR_STREAM_EXISTS:
                 raise
             return await self.request(f"STREAM.INFO.{cfg['name']}")
+
+
+# the QoS 1 store ``_fast_in`` calls: ``reference_store_cb`` (``JSA.store_cb`` as written, the pure lane's) or, in
+# the compiled lane, its twin rillet._speedups._cmqtt.store_cb (its per-message case; installed by
+# rillet.mqtt.publish, which loads after this module and the extension's imports)
+reference_store_cb = JSA.store_cb
 
 
 # ---- sessions -----------------------------------------------------------------------------------------
