@@ -69,6 +69,8 @@ from rillet.jetstream.cluster.goconsumerstate import ConsumerReplicaState, decod
 from rillet.jetstream.cluster.goconsumerstore import KeptConsumerState, prune_orphans
 from rillet.jetstream.cluster.gogroupfiles import forget_group, prune_groups
 from rillet.jetstream.cluster.gostreamapplied import load_applied, save_applied, start_at_applied
+from rillet.jetstream.cluster.gostreamfiles import (_safe, _write_group, files_of, replica_created,  # noqa: F401
+                                                    replica_group, stale_files)
 from rillet.jetstream.cluster.godirect import ReplicaDirectGets
 from rillet.jetstream.cluster.gostreamlead import StreamLeading, store_state_doc
 from rillet.jetstream import headers as H
@@ -93,62 +95,9 @@ def _store_config(cfg: dict, storage: str = "memory") -> StoreConfig:
                        subject_delete_marker_ttl=num("subject_delete_marker_ttl", 0) / 1e9)
 
 
-def _safe(name: str) -> str:
-    if not name or name in (".", "..") or "/" in name or "\\" in name or "\x00" in name:
-        raise ValueError(f"not a usable directory name: {name!r}")
-    return name
-
-
 CATCHUP_RETRY = 2.0  # seconds between catch-up requests that ended short (as nats-server waits)
 CATCHUP_STALL = 10.0  # seconds without a catch-up message before asking again
 SNAPSHOT_EVERY = 8192  # entries applied beyond the last snapshot before a replica compacts its in-memory log
-
-
-def _write_group(path: str, group: str, created: str = "") -> None:
-    """The group name beside a replica's files (``group``), and the stream's creation time as its assignment
-    gives it (``created``: the same through every update and rename of its group, other for a stream of the
-    same name removed and created again): after a restart, a stream its meta group left on this server alone is
-    known as the one these files belong to (host_streams: kept, not handed to gosolo), even when its group was
-    renamed while this server was down."""
-    _keep(path, "group", group)
-    if created:
-        _keep(path, "created", created)
-
-
-def _keep(path: str, fname: str, value: str) -> None:
-    """``value`` in ``path/fname`` (replaced whole), unless it holds it already."""
-    f = os.path.join(path, fname)
-    try:
-        with open(f, "r") as fh:
-            if fh.read() == value:
-                return
-    except FileNotFoundError:
-        pass
-    with open(f + ".tmp", "w") as fh:
-        fh.write(value)
-    os.replace(f + ".tmp", f)
-
-
-def _replica_file(store_dir: str, account: str, name: str, fname: str) -> Optional[str]:
-    try:
-        path = os.path.join(store_dir, "go_streams", _safe(account), _safe(name), fname)
-    except ValueError:
-        return None  # (a name no replica could have kept files under)
-    try:
-        with open(path, "r") as fh:
-            return fh.read()
-    except FileNotFoundError:
-        return None
-
-
-def replica_group(store_dir: str, account: str, name: str) -> Optional[str]:
-    """The group whose replica files this server keeps for the stream, if any (``_write_group``)."""
-    return _replica_file(store_dir, account, name, "group")
-
-
-def replica_created(store_dir: str, account: str, name: str) -> Optional[str]:
-    """The creation time of the stream whose replica files this server keeps, if known (``_write_group``)."""
-    return _replica_file(store_dir, account, name, "created")
 
 
 class GoStreamReplica(StreamLeading, GoMetaMember):
@@ -759,28 +708,6 @@ def _fresh(r: GoMetaMember) -> bool:
     except (GoTimeError, ValueError):
         return False
     return created > 0 and abs(time.time() - created) < NEW_GROUP_AGE
-
-
-def files_of(store_dir: str, account: str, name: str, sa: dict) -> bool:
-    """Whether the replica files this server keeps for the stream are those of the stream ``sa`` assigns: they
-    name its group, or, its group renamed while this server was down (a meta catch-up by snapshot shows the new
-    name only), its creation time, which every update and rename of its group keeps."""
-    if replica_group(store_dir, account, name) == str((sa.get("group") or {}).get("name") or ""):
-        return True
-    created = str(sa.get("created") or "")
-    return bool(created) and replica_created(store_dir, account, name) == created
-
-
-def stale_files(store_dir: str, account: str, sa: dict) -> Optional[str]:
-    """What names the replica files kept here for the stream of ``sa`` when they are another stream's (one of
-    the same name, removed while this server was down and created again: their group is not this one, nor is
-    their creation time); None when there are none, or they are this stream's (its group renamed keeps its
-    creation time: ``files_of``)."""
-    name = str((sa.get("stream") or {}).get("name") or "")
-    group = replica_group(store_dir, account, name)
-    if group is None or files_of(store_dir, account, name, sa):
-        return None
-    return f"group {group}, created {replica_created(store_dir, account, name) or 'unknown'}"
 
 
 def grown_from(assignment: dict, me: str) -> bool:
