@@ -59,6 +59,7 @@ from typing import Any, Optional
 
 from rillet.jetstream.cluster import gowire as ge
 from rillet.jetstream.cluster.golead import LEADER, request_info, stream_assignment
+from rillet.jetstream.cluster.golimits import check_stream_limits
 from rillet.jetstream.cluster.gometaplace import PeerChanges, attach_registry
 from rillet.jetstream.cluster.gomigrate import (CONSUMER_RECONCILE, STREAM_RECONCILE, consumer_replicas,
                                                missing_peers, order_group, reconcile_group, remap_consumers)
@@ -499,8 +500,9 @@ class MetaLeaderApi(PeerChanges):
         old = self.member.state.streams.get((acc, name))
         existing = self._cfg(acc, name)
         try:
-            cfg = normalize_stream_config(body or b"{}", is_create=True, existing=existing,
-                                          **self._checks(acc, name))
+            checks = self._checks(acc, name)
+            cfg = normalize_stream_config(body or b"{}", is_create=True, existing=existing, **checks)
+            check_stream_limits(self.member.state.streams, acc, cfg, checks["account_limits"])  # (golimits)
         except ApiError as e:
             self._answer(reply, {"type": f"io.nats.jetstream.api.v1.{kind}", "error": e.to_dict()})
             return

@@ -245,7 +245,8 @@ class PeerChanges:
                           or self.member.server.opts.cluster.name)
             tgt: dict[str, Any] = {"name": g.get("name"), "cluster": cluster, "preferred": g.get("preferred") or "",
                                    "desired": d}
-            if want > len(current):
+            if want > len(current):  # (a scale-up: the account's limits checked first, as nats-server)
+                self._scale_up_limits(ci, new)
                 if self.registry is None:
                     raise PlacementError(misc=True)
                 pc = PlacementConfig.from_stream_config(new)
@@ -275,6 +276,16 @@ class PeerChanges:
             ng["desired"]["origin"] = origin
         ng["desired"] = _order(ng["desired"])
         return order_group(ng)
+
+    def _scale_up_limits(self, ci: dict, new: dict) -> None:
+        """nats-server's jsClusteredStreamLimitsCheck before a scale-up adds peers (rillet...golimits)."""
+        from rillet.jetstream import configtypes as C
+        from rillet.jetstream.api.codec import from_dict
+        from rillet.jetstream.cluster.golimits import check_stream_limits
+        from rillet.jetstream.manager import account_js_config
+        acc = str(ci.get("acc") or "")
+        limits = account_js_config(self.member.server.opts.accounts or {}).get(acc)
+        check_stream_limits(self.member.state.streams, acc, from_dict(new, C.StreamConfig), limits)
 
     # -- removing and evacuating peers ----------------------------------------------------------------------
     def remove_peer_from_stream(self, key: tuple[str, str], sa: dict, peer: str, remove: bool, require: bool = False,
