@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from lanes import COMPILED_ERROR
@@ -327,3 +327,98 @@ def test_the_compiled_no_responders_runs_in_the_compiled_lane():
         assert delivery.no_responders is compiled and accounts._no_resp is compiled
     else:
         assert delivery.no_responders is delivery.reference_no_responders
+
+
+# ---- Account.deliver (rillet.server.accounts.reference_deliver) and its twin (_cdeliver.account_deliver) ------------
+# with reply subjects that share their prefix (the sublist's kept results per prefix, Sublist._tails, read by the
+# twin's match in C), literal last tokens, subscriptions coming and going between messages, JetStream's ``deliver``
+# subject, nobody listening (503s), an account with a mapping (the reference's), subjects that are not UTF-8
+
+ACC_SUBS = ["_INBOX.p.*", "_INBOX.p.7", "_INBOX.*.*", "_INBOX.p.7.x", "a.>", "\xe9.*",
+            b"\xff.*".decode("utf-8", "surrogateescape"), "m.*"] + ["_INBOX.p.*", "_INBOX.p.7"] * 3
+_ACC_PUB = st.tuples(st.just("pub"), st.tuples(st.sampled_from([b"_INBOX.p", b"_INBOX.q", b"a", b"\xc3\xa9", b"\xff", b"m"]
+                                                         + [b"_INBOX.p"] * 6),
+                                         st.sampled_from([b"1", b"2", b"7", b"", b"x", b"7", b"3"])).map(b".".join),
+                     st.sampled_from([None, b"", b"_INBOX.r"]), st.sampled_from([-1, 0, 18]),
+                     st.sampled_from([None, b"shown.s"]), st.integers(0, 2))
+ACC_OPS = st.lists(st.one_of(  # (mostly messages: a few subscriptions, then several messages under one prefix)
+    st.tuples(st.just("sub"), st.sampled_from(ACC_SUBS), st.booleans(), st.integers(0, 2)),
+    st.tuples(st.just("unsub"), st.integers(0, 20)),
+    _ACC_PUB, _ACC_PUB, _ACC_PUB, _ACC_PUB,
+    st.tuples(st.just("map"), st.booleans()),
+), max_size=40)
+
+
+def run_acc_deliver(fn, ops, seed):
+    from rillet.subjects.mapping import parse_mappings
+    srv = build_server(Options())
+    acc = srv.global_account
+    clients = [Client(srv), Client(srv)]
+    clients[0].headers = True
+    clients[0].no_responders = True
+    resp = Subscription(clients[0], "_INBOX.r", None, b"r")  # (where 503s arrive)
+    clients[0].subs[b"r"] = resp
+    acc.sublist.insert(resp)
+    got: list[tuple] = []
+    ic = InternalClient(srv, acc)
+    pubs = clients + [ic]
+    live: list = []
+    answers = []
+    random.seed(seed)
+    for op in ops:
+        if op[0] == "sub":
+            _, subject, queue, who = op
+            if who == 2:
+                s = ic.subscribe(subject, lambda s, c, subj, reply, hdr, msg: got.append((subj, reply, hdr, msg)),
+                                 queue="g" if queue else None)
+            else:
+                c = clients[who]
+                sid = b"%d" % len(c.subs)
+                s = Subscription(c, subject, "g" if queue else None, sid)
+                c.subs[sid] = s
+                acc.sublist.insert(s)
+            live.append(s)
+        elif op[0] == "unsub" and live:
+            acc.sublist.remove(live.pop(op[1] % len(live)))
+        elif op[0] == "map":
+            acc.mappings = parse_mappings({"m.*": "a.$1"}) if op[1] else []
+        elif op[0] == "pub":
+            _, subject, reply, hdr, deliver, who = op
+            msg = b"NATS/1.0\r\nK: v\r\n\r\n"[:hdr] + b"body" if hdr > 0 else b"body"
+            answers.append(fn(acc, pubs[who], subject, reply, hdr, msg, deliver))
+    sl = acc.sublist
+    state = [(bytes(c.out), c.out_msgs, c.out_bytes, c.flush_pending, c.noresp_sent) for c in clients]
+    return (answers, state, got, [pubs.index(c) for c in srv.pending_flush if c in pubs], sl._hits, sl._misses,
+            sorted(sl._cache), sorted(sl._tails))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=ACC_OPS, seed=st.integers(0, 1000))
+@example(ops=[("sub", "_INBOX.p.*", False, 0), ("sub", "_INBOX.p.7", False, 1), ("pub", b"_INBOX.p.1", None, -1, None, 0),
+              ("pub", b"_INBOX.p.7", None, -1, None, 2), ("pub", b"_INBOX.p.2", b"", 18, b"shown.s", 1)], seed=0)
+def test_both_account_delivers_do_the_same(ops, seed):
+    from rillet._speedups._cdeliver import account_deliver
+    from rillet.server.accounts import reference_deliver
+    assert run_acc_deliver(reference_deliver, ops, seed) == run_acc_deliver(account_deliver, ops, seed)
+
+
+def test_the_compiled_account_deliver_runs_in_the_compiled_lane_and_shares_reply_results():
+    from rillet import lane
+    from rillet.server.accounts import Account, reference_deliver
+    if lane.COMPILED:
+        from rillet._speedups._cdeliver import account_deliver
+        assert Account.deliver is account_deliver
+    else:
+        assert Account.deliver is reference_deliver
+    srv = build_server(Options())
+    acc = srv.global_account
+    c = Client(srv)
+    s = Subscription(c, "_INBOX.p.*", None, b"1")
+    c.subs[b"1"] = s
+    acc.sublist.insert(s)
+    ic = InternalClient(srv, acc)
+    for i in range(5):
+        acc.deliver(ic, b"_INBOX.p.%d" % i, None, -1, b"x")  # (InternalClient.publish without its flush)
+    assert c.out_msgs == 5 and bytes(c.out).endswith(b"MSG _INBOX.p.4 1 1\r\nx\r\n")
+    r = acc.match("_INBOX.p.9")
+    assert r.plan is not None and acc.sublist.cache_count() == 1  # (one result and one plan for the five)

@@ -31,6 +31,9 @@ cdef extern from "Python.h":
     PyObject* PyMethod_GET_SELF(object o)
     object PyUnicode_DecodeUTF8(const char* s, Py_ssize_t size, const char* errors)
     PyObject* PyDict_GetItemWithError(object d, object k) except? NULL
+    Py_ssize_t PyUnicode_FindChar(object s, Py_UCS4 ch, Py_ssize_t start, Py_ssize_t end, int direction) except -2
+    object PyUnicode_Substring(object s, Py_ssize_t start, Py_ssize_t end)
+    int PyDict_Contains(object d, object k) except -1
     ctypedef struct PyMemberDef:
         const char* name
         int type
@@ -120,8 +123,11 @@ cdef Py_ssize_t S_CLIENT, S_SID, S_MAX, S_NM, S_ICB, A_PENDING, A_SERVER, A_NAME
 cdef Py_ssize_t C_OUT, C_FLUSH, C_MSGS, C_BYTES, C_PERMS, C_HEADERS, C_ECHO
 cdef Py_ssize_t C_IN_MSGS, C_IN_BYTES, C_SLOW, C_ACCOUNT, A_MAPPINGS, A_MATCH, A_NO_MATCH, L_CACHE, L_HITS
 cdef PyTypeObject* _SUBLIST_T = NULL
+cdef PyTypeObject* _LEVEL_T = NULL
+cdef Py_ssize_t L_MISSES, L_TAILS, LV_NODES
 cdef object _sublist_match = None
 cdef object _reference_pub = None
+cdef object _reference_acc_deliver = None
 cdef object _Account = None
 cdef tuple _CLIENT_SLOTS = ("out", "flush_pending", "out_msgs", "out_bytes", "perms", "headers", "in_msgs",
                             "in_bytes", "slow_path", "account", "echo")
@@ -134,54 +140,41 @@ cdef int _setup() except -1:
     global S_CLIENT, S_SID, S_MAX, S_NM, S_ICB, A_PENDING, A_SERVER, A_NAME, A_GW
     global C_OUT, C_FLUSH, C_MSGS, C_BYTES, C_PERMS, C_HEADERS, C_ECHO
     global C_IN_MSGS, C_IN_BYTES, C_SLOW, C_ACCOUNT, A_MAPPINGS, A_MATCH, A_NO_MATCH, L_CACHE, L_HITS
-    global _SUBLIST_T, _sublist_match, _reference_pub, _Account
+    global _SUBLIST_T, _sublist_match, _reference_pub, _reference_acc_deliver, _Account
+    global _LEVEL_T, L_MISSES, L_TAILS, LV_NODES
+    from rillet.server import accounts as accounts_mod
     from rillet.server import client as client_mod
     from rillet.server.accounts import Account
     from rillet.server.client import Client, Subscription
-    from rillet.subjects.sublist import Sublist, SublistResult
+    from rillet.subjects.sublist import Sublist, SublistResult, _Level
     Plan = _pure.Plan
     _member_descriptor = type(Subscription.client)
-    R_PSUBS = _off(SublistResult, "psubs")
-    R_QSUBS = _off(SublistResult, "qsubs")
-    R_PLAN = _off(SublistResult, "plan")
-    P_LOCAL = _off(Plan, "local")
-    P_PSUBS = _off(Plan, "psubs")
-    P_QSUBS = _off(Plan, "qsubs")
-    P_PLAN = _off(Plan, "plan")
-    P_GW = _off(Plan, "gw")
-    P_RQUEUES = _off(Plan, "rqueues")
-    P_TARGETS = _off(Plan, "targets")
-    P_LINKS = _off(Plan, "links")
-    S_CLIENT = _off(Subscription, "client")
-    S_SID = _off(Subscription, "sid_b")
-    S_MAX = _off(Subscription, "max")
-    S_NM = _off(Subscription, "nm")
-    S_ICB = _off(Subscription, "icb")
+    R_PSUBS, R_QSUBS, R_PLAN = [_off(SublistResult, n) for n in ("psubs", "qsubs", "plan")]
+    P_LOCAL, P_PSUBS, P_QSUBS, P_PLAN, P_GW, P_RQUEUES, P_TARGETS, P_LINKS = [
+        _off(Plan, n) for n in ("local", "psubs", "qsubs", "plan", "gw", "rqueues", "targets", "links")]
+    S_CLIENT, S_SID, S_MAX, S_NM, S_ICB = [_off(Subscription, n) for n in ("client", "sid_b", "max", "nm", "icb")]
     A_PENDING = _off(Account, "_pending")
     A_SERVER = _off(Account, "server")
     A_NAME = _off(Account, "name_b")
     A_GW = _off(Account, "gw")
-    C_OUT = _off(Client, "out")
-    C_FLUSH = _off(Client, "flush_pending")
-    C_MSGS = _off(Client, "out_msgs")
-    C_BYTES = _off(Client, "out_bytes")
-    C_PERMS = _off(Client, "perms")
-    C_HEADERS = _off(Client, "headers")
-    C_ECHO = _off(Client, "echo")
-    C_IN_MSGS = _off(Client, "in_msgs")
-    C_IN_BYTES = _off(Client, "in_bytes")
-    C_SLOW = _off(Client, "slow_path")
-    C_ACCOUNT = _off(Client, "account")
+    C_OUT, C_FLUSH, C_MSGS, C_BYTES, C_PERMS, C_HEADERS, C_ECHO, C_IN_MSGS, C_IN_BYTES, C_SLOW, C_ACCOUNT = [
+        _off(Client, n) for n in ("out", "flush_pending", "out_msgs", "out_bytes", "perms", "headers", "echo",
+                                  "in_msgs", "in_bytes", "slow_path", "account")]
     A_MAPPINGS = _off(Account, "mappings")
     A_MATCH = _off(Account, "_match")
     A_NO_MATCH = _off(Account, "no_match")
     L_CACHE = _off(Sublist, "_cache")
     L_HITS = _off(Sublist, "_hits")
+    L_MISSES = _off(Sublist, "_misses")
+    L_TAILS = _off(Sublist, "_tails")
+    LV_NODES = _off(_Level, "nodes")
+    _LEVEL_T = <PyTypeObject*>_Level
     _SUBLIST_T = <PyTypeObject*>Sublist
     _sublist_match = Sublist.match
     _reference_pub = client_mod.reference_proto_pub
+    _reference_acc_deliver = accounts_mod.reference_deliver
     _Account = Account
-    _keep.extend((SublistResult, Plan, Subscription, Client, Account, Sublist))
+    _keep.extend((SublistResult, Plan, Subscription, Client, Account, Sublist, _Level))
     _RESULT_T = <PyTypeObject*>SublistResult
     _PLAN_T = <PyTypeObject*>Plan
     _SUB_T = <PyTypeObject*>Subscription
@@ -717,37 +710,54 @@ def proto_pub(self, subject, reply, payload):
         return _reference_pub(self, subject, reply, payload)
     _set(self, C_IN_MSGS, _get(self, C_IN_MSGS, "in_msgs") + 1)
     _set(self, C_IN_BYTES, _get(self, C_IN_BYTES, "in_bytes") + PyBytes_GET_SIZE(payload))
-    s = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(subject), PyBytes_GET_SIZE(subject), "surrogateescape")
-    m = _get(acc, A_MATCH, "_match")
-    cdef PyObject* hit
-    if PyMethod_Check(m) and PyMethod_GET_FUNCTION(m) == <PyObject*>_sublist_match and \
-            Py_TYPE(<object>PyMethod_GET_SELF(m)) == _SUBLIST_T:
-        sl = <object>PyMethod_GET_SELF(m)  # Sublist.match, as it is
-        cache = _get(sl, L_CACHE, "_cache")
-        hit = PyDict_GetItemWithError(cache, s) if type(cache) is dict else NULL
-        if hit is NULL:
-            r = sl._match_miss(s)  # (Sublist.match on a miss)
-        else:
-            r = <object>hit
-            _set(sl, L_HITS, _get(sl, L_HITS, "_hits") + 1)
-    else:
-        r = m(s)
-    if Py_TYPE(r) == _RESULT_T:
-        found = _get(r, R_PSUBS, "psubs") or _get(r, R_QSUBS, "qsubs")
-    else:
-        found = r.psubs or r.qsubs
-    if found:
-        ex = _type_attr(_Account, "deliver_result", &_acc_deliver_attr)
-        if ex is deliver_result:
-            _deliver(acc, self, r, subject, reply, -1, payload, None, None)
-        else:
-            ex(acc, self, r, subject, reply, -1, payload)
+    r = _match(acc, subject)
+    if _found(r):
+        _run(acc, self, r, subject, reply, -1, payload, None)
     else:
         nm = _get(acc, A_NO_MATCH, "no_match")
         if nm is not None:  # (gateways: no subscriber here may still be one elsewhere)
             nm(self, subject, reply, -1, payload)
         elif reply and self.no_responders:
             acc._no_responders(self, subject, reply)
+
+
+# ---- Account.deliver ----------------------------------------------------------------------------------------------
+
+def account_deliver(self, c, subject, reply, hdr, msg, deliver=None):
+    """``Account.deliver`` (the reference: rillet.server.accounts.reference_deliver) for an account of that class
+    itself without mappings or a gateway step and bytes arguments (a JetStream reply, a client's HPUB): one match
+    (``_match``), the executor or a 503. Anything else goes to the reference, before anything is done."""
+    if not _ready:
+        _setup()
+    if Py_TYPE(self) != _ACC_T or type(subject) is not bytes or type(msg) is not bytes or type(hdr) is not int \
+            or (reply is not None and type(reply) is not bytes) or (deliver is not None and type(deliver) is not bytes) \
+            or _get(self, A_MAPPINGS, "mappings") or _get(self, A_GW, "gw") is not None:
+        return _reference_acc_deliver(self, c, subject, reply, hdr, msg, deliver)
+    r = _match(self, subject)
+    if _found(r):
+        if deliver is not None:
+            return _run(self, c, r, deliver, reply, hdr, msg, subject)
+        return _run(self, c, r, subject, reply, hdr, msg, None)
+    if reply and c.no_responders:
+        self._no_responders(c, subject, reply)
+    return False
+
+
+cdef object _found(r):
+    """``r.psubs or r.qsubs`` (a sublist result)."""
+    if Py_TYPE(r) == _RESULT_T:
+        return _get(r, R_PSUBS, "psubs") or _get(r, R_QSUBS, "qsubs")
+    return r.psubs or r.qsubs
+
+
+cdef object _run(acc, c, r, subject, reply, hdr, msg, route):
+    """``acc.deliver_result(c, r, subject, reply, hdr, msg[, route])``: this executor while it is the class's."""
+    ex = _type_attr(_Account, "deliver_result", &_acc_deliver_attr)
+    if ex is deliver_result:
+        return _deliver(acc, c, r, subject, reply, hdr, msg, route, None)
+    if route is None:
+        return ex(acc, c, r, subject, reply, hdr, msg)
+    return ex(acc, c, r, subject, reply, hdr, msg, route)
 
 
 # ---- a message from a route ----------------------------------------------------------------------------------------
@@ -777,10 +787,31 @@ cdef object _match(acc, subject):
         cache = _get(sl, L_CACHE, "_cache")
         hit = PyDict_GetItemWithError(cache, s) if type(cache) is dict else NULL
         if hit is NULL:
-            return sl._match_miss(s)  # (Sublist.match on a miss)
+            return _miss(sl, s)  # (Sublist.match on a miss)
         _set(sl, L_HITS, _get(sl, L_HITS, "_hits") + 1)
         return <object>hit
     return m(s)
+
+
+cdef object _miss(sl, str s):
+    """``sl._match_miss(s)`` with its first step here: the result the sublist keeps for ``s``'s prefix (``_tails``)
+    when its last token names no literal node in the kept levels (a miss counted); else ``_match_miss`` itself."""
+    tails = _get(sl, L_TAILS, "_tails")
+    cdef Py_ssize_t n = len(s), k = PyUnicode_FindChar(s, 46, 0, len(s), -1)  # s.rfind(".")
+    cdef PyObject* hit = NULL
+    if type(tails) is dict and <dict>tails and 0 < k < n - 1:
+        hit = PyDict_GetItemWithError(tails, PyUnicode_Substring(s, 0, k))
+    tail = <object>hit if hit is not NULL else None
+    if type(tail) is tuple and len(<tuple>tail) == 2 and type((<tuple>tail)[1]) is tuple:
+        t = PyUnicode_Substring(s, k + 1, n)
+        for level in <tuple>(<tuple>tail)[1]:
+            if Py_TYPE(level) != _LEVEL_T or type(_get(level, LV_NODES, "nodes")) is not dict or \
+                    PyDict_Contains(_get(level, LV_NODES, "nodes"), t):
+                break
+        else:
+            _set(sl, L_MISSES, _get(sl, L_MISSES, "_misses") + 1)
+            return (<tuple>tail)[0]
+    return sl._match_miss(s)
 
 
 cdef object _inbound(acc, rc, subject, reply, queues, hdr, msg):
@@ -789,14 +820,9 @@ cdef object _inbound(acc, rc, subject, reply, queues, hdr, msg):
                                     (reply[:8] == b"$JS.ACK." and b"@" in reply))):
         return _reference_inbound(acc, rc, subject, reply, queues, hdr, msg)
     r = _match(acc, subject)
-    if Py_TYPE(r) == _RESULT_T:
-        if not (_get(r, R_PSUBS, "psubs") or _get(r, R_QSUBS, "qsubs")):
-            return None
-        plan = _get(r, R_PLAN, "plan")
-    else:
-        if not (r.psubs or r.qsubs):
-            return None
-        plan = r.plan
+    if not _found(r):
+        return None
+    plan = _get(r, R_PLAN, "plan") if Py_TYPE(r) == _RESULT_T else r.plan
     if plan is None:
         plan = _Plan(r, acc.gw)
         r.plan = plan

@@ -10,6 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 import rillet.server.msgtrace as _mt
+from rillet import lane as _lane
 from rillet.server.delivery import ROUTER, deliver_inbound
 from rillet.server.delivery import deliver_result as _deliver_result
 from rillet.server.delivery import no_responders as _no_resp
@@ -262,3 +263,10 @@ class Account:
     def _no_responders(self, c: Any, subject: bytes, reply: bytes) -> None:
         """Tell a requester that nobody is listening: a 503 status on its own reply subscription."""
         _no_resp(self, c, subject, reply)
+
+
+# ``Account.deliver``: ``reference_deliver`` (the method above, the reference and the pure lane's) or, in the
+# compiled lane, its twin rillet._speedups._cdeliver.account_deliver (an account without mappings or a gateway
+# step; the rest to the reference)
+reference_deliver = Account.deliver
+_lane.use_compiled_methods(Account, "rillet._speedups._cdeliver", deliver="account_deliver")

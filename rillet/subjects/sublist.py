@@ -26,6 +26,17 @@ Cache rules (mirroring the Go server):
 * the cache holds at most ``CACHE_MAX`` entries; when a miss pushes it over,
   only the ``CACHE_SWEEP`` most recently added entries are kept.
 
+Behind the cache, for subjects that differ only in their last token (a
+reply subject ``_INBOX.<id>.<n>``, new at each request and matched by the
+requester's ``_INBOX.<id>.*``), ``_tails`` keeps, per prefix (the subject up
+to its last dot), the result of the first such subject and the trie levels
+its walk reached at the last token: a later subject with that prefix whose
+last token names no literal node in those levels has that very result (the
+last token only ever picks a literal node there), so its miss is a dict
+lookup and one membership test per level, with no walk, no new result (so
+the delivery plan made for it is used again) and nothing put in the cache.
+Emptied by every change to the subscriptions, as ``_acks``.
+
 Not thread-safe: meant for a single event loop.
 """
 
@@ -51,6 +62,8 @@ CACHE_MAX = 1024
 CACHE_SWEEP = 256
 # Most ack-subject results kept (``Sublist._ack_result``).
 ACKS_MAX = 256
+# Most subject prefixes kept with their shared result (``Sublist._tails``).
+TAILS_MAX = 1024
 # Above this many wildcard subscriptions in one remove_batch, the cache is
 # cleared instead of scanned once per pattern.
 _BATCH_SCAN_MAX = 16
@@ -129,10 +142,12 @@ def _add_node(node: _Node, psubs: list[Any], qmap: dict[str, list[Any]]) -> None
 
 
 def _match_level(
-    level: _Level, toks: list[str], i: int, last: int, psubs: list[Any], qmap: dict[str, list[Any]]
+    level: _Level, toks: list[str], i: int, last: int, psubs: list[Any], qmap: dict[str, list[Any]],
+    tails: list[_Level] | None = None,
 ) -> None:
     # Collect every node under ``level`` whose pattern matches toks[i:].
     # (The plain-subs-only case of _add_node is inlined: it is the common one.)
+    # ``tails``: where the levels reached at the last token are added.
     while True:
         node = level.fwc
         if node is not None:
@@ -142,6 +157,8 @@ def _match_level(
                 _add_node(node, psubs, qmap)
         pwc = level.pwc
         if i == last:
+            if tails is not None:
+                tails.append(level)
             if pwc is not None:
                 if pwc.qsubs is None:
                     psubs.extend(pwc.psubs.values())
@@ -157,7 +174,7 @@ def _match_level(
         if pwc is not None:
             nxt = pwc.next
             if nxt is not None:
-                _match_level(nxt, toks, i + 1, last, psubs, qmap)
+                _match_level(nxt, toks, i + 1, last, psubs, qmap, tails)
         node = level.nodes.get(toks[i])
         if node is None:
             return
@@ -168,10 +185,10 @@ def _match_level(
         i += 1
 
 
-def _collect(root: _Level, toks: list[str]) -> SublistResult:
+def _collect(root: _Level, toks: list[str], tails: list[_Level] | None = None) -> SublistResult:
     psubs: list[Any] = []
     qmap: dict[str, list[Any]] = {}
-    _match_level(root, toks, 0, len(toks) - 1, psubs, qmap)
+    _match_level(root, toks, 0, len(toks) - 1, psubs, qmap, tails)
     if qmap:
         return SublistResult(psubs, list(qmap.values()))
     if psubs:
@@ -310,7 +327,8 @@ def _with_sub(r: SublistResult, sub: Any, queue: str | None) -> SublistResult:
 class Sublist:
     """Subscription index with a match cache (``cache=False`` disables it)."""
 
-    __slots__ = ("_root", "_cache", "_caching", "_count", "_inserts", "_removes", "_hits", "_misses", "_acks")
+    __slots__ = ("_root", "_cache", "_caching", "_count", "_inserts", "_removes", "_hits", "_misses", "_acks",
+                 "_tails")
 
     def __init__(self, cache: bool = True) -> None:
         self._root = _Level()
@@ -327,6 +345,10 @@ class Sublist:
         # shared by every subject with the same stream, consumer and token count, when no subscription names
         # any of the varying tokens (``_ack_result``); emptied by every change to the subscriptions
         self._acks: dict[tuple[str, str, int], SublistResult] = {}
+        # subject prefix (up to the last dot) -> (the result of every subject ``prefix.<t>`` whose ``t`` names
+        # no literal node in these levels, the levels the walk reached at the last token); see the module's
+        # text. Emptied by every change to the subscriptions; never filled with the cache disabled
+        self._tails: dict[str, tuple[SublistResult, tuple[_Level, ...]]] = {}
 
     # ------------------------------------------------------------------ match
 
@@ -347,18 +369,46 @@ class Sublist:
 
     def _match_miss(self, subject: str) -> SublistResult:
         self._misses += 1
+        k = subject.rfind(TSEP)
+        if k > 0:
+            tail = self._tails.get(subject[:k])
+            if tail is not None:
+                t = subject[k + 1:]
+                if t:
+                    for level in tail[1]:
+                        if t in level.nodes:
+                            break
+                    else:
+                        return tail[0]
         toks = subject.split(TSEP)
         if "" in toks:
             return _EMPTY
         if subject.startswith("$JS.ACK.") and len(toks) > 6:
             return self._ack_result(toks)
-        result = _collect(self._root, toks)
-        if self._caching:
-            cache = self._cache
-            cache[subject] = result
-            if len(cache) > CACHE_MAX:
-                self._sweep()
+        if not self._caching:
+            return _collect(self._root, toks)
+        if k > 0:
+            levels: list[_Level] = []
+            result = _collect(self._root, toks, levels)
+            self._keep_tail(subject[:k], toks[-1], result, levels)
+        else:
+            result = _collect(self._root, toks)
+        cache = self._cache
+        cache[subject] = result
+        if len(cache) > CACHE_MAX:
+            self._sweep()
         return result
+
+    def _keep_tail(self, prefix: str, t: str, result: SublistResult, levels: list[_Level]) -> None:
+        """Keep ``result`` for the subjects ``prefix.<any token>`` when the walk that made it (for the last
+        token ``t``) took no literal node at the last token: it reached ``levels`` there."""
+        for level in levels:
+            if t in level.nodes:
+                return
+        tails = self._tails
+        if len(tails) >= TAILS_MAX:
+            tails.clear()
+        tails[prefix] = (result, tuple(levels))
 
     def _ack_result(self, toks: list[str]) -> SublistResult:
         """The result of a JetStream ack subject (a miss: each is unique), not put in the cache. Its tokens
@@ -485,6 +535,8 @@ class Sublist:
         self._inserts += 1
         if self._acks:
             self._acks.clear()
+        if self._tails:
+            self._tails.clear()
         cache = self._cache
         if cache:
             if not wildcard:
@@ -502,6 +554,8 @@ class Sublist:
             return False
         if self._acks:
             self._acks.clear()
+        if self._tails:
+            self._tails.clear()
         cache = self._cache
         if cache:
             self._invalidate(cache, sub.subject)
@@ -527,6 +581,8 @@ class Sublist:
                     literals.append(subject)
         if removed and self._acks:
             self._acks.clear()
+        if removed and self._tails:
+            self._tails.clear()
         cache = self._cache
         if removed and cache:
             if len(patterns) > _BATCH_SCAN_MAX:
@@ -646,11 +702,14 @@ class Sublist:
             r.plan = None
         for r in self._acks.values():
             r.plan = None
+        for r, _ in self._tails.values():
+            r.plan = None
 
     def clear_cache(self) -> None:
         """Drop every cached result (e.g. after changing sub weights)."""
         self._cache.clear()
         self._acks.clear()
+        self._tails.clear()
 
     def all(self) -> list[Any]:
         """Every subscription (order unspecified)."""
