@@ -42,7 +42,7 @@ def parser_class(lane: str, name: str):
 def use_lane(lane_name: str, module_globals: dict):
     """Run a test module in one lane: its module-level ``ClientParser``, ``ServerParser`` and ``cp`` (the
     rillet.cluster.protocol module) names, what ``rillet.lane`` hands to connections created meanwhile
-    (in-process servers), the delivery executor, the client's PUB handler, the route's message
+    (in-process servers), the delivery executor, the client's PUB handler, Account.deliver, the route's message
     handlers, a consumer's run of deliveries and the MQTT connection's twins (bulk read, session delivery)
     become that lane's, and a server started as a subprocess meanwhile runs that lane (RILLET_PURE).
     Restored afterwards."""
@@ -75,6 +75,11 @@ def use_lane(lane_name: str, module_globals: dict):
     if lane_name == "compiled":
         from rillet._speedups._cdeliver import proto_pub as pub
     swaps.append((client_mod.Client, "proto_pub", pub))
+    # and Account.deliver (rillet.server.accounts.reference_deliver, or its compiled twin)
+    from rillet.server.accounts import reference_deliver as acc_deliver
+    if lane_name == "compiled":
+        from rillet._speedups._cdeliver import account_deliver as acc_deliver
+    swaps.append((Account, "deliver", acc_deliver))
     # a message from a route (deliver_inbound where it is bound) and a route's RMSG in and out
     from rillet.cluster import route
     inbound = delivery.reference_deliver_inbound
