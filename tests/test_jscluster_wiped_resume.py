@@ -12,7 +12,8 @@ kept their logs. Checked:
 * ``$JS.API.STREAM.LEADER.STEPDOWN.W`` (``nats stream cluster step-down W``) accepts the loss: answered with
   success by the new leader, the survivor (the only log left); the report stays (``accepted`` added), the
   ``STREAM.DATA_LOST`` advisory is sent again with it, /healthz stays unhealthy for the loss;
-* a configuration update the meta group committed while the stream had no leader is applied once it has one;
+* a configuration update the meta group committed while the stream had no leader is applied once it has one,
+  and so is a consumer update made then;
 * the stream takes publishes again past the survivor's last sequence; the consumer D (resumed with the stream)
   answers its info with a leader; the wiped servers catch up every message.
 """
@@ -150,6 +151,14 @@ async def _run(tmp: str) -> None:
         r = await _api(nc, "$JS.API.STREAM.UPDATE.W", upd, timeout=5)
         assert r is None or "error" in r or r["config"].get("description") == "updated", r
 
+        # and a consumer update (applied by every replica from the meta layer's assignment, as nats-server does:
+        # it needs no leader of the consumer's group; the answer comes from one, so none may come now)
+        cupd = {"stream_name": "W", "action": "update",
+                "config": {"durable_name": "D", "ack_policy": "explicit", "num_replicas": 3,
+                           "description": "consumer updated", "max_ack_pending": 500}}
+        r = await _api(nc, "$JS.API.CONSUMER.CREATE.W.D", cupd, timeout=5)
+        assert r is None or "error" in r or r["config"].get("description") == "consumer updated", r
+
         # the operator accepts the loss
         adv = await nc.subscribe("$JS.EVENT.ADVISORY.STREAM.DATA_LOST.W")
 
@@ -193,6 +202,8 @@ async def _run(tmp: str) -> None:
             return d if d is not None and "error" not in d and (d.get("cluster") or {}).get("leader") else None
         ci = await _until(consumer_led, 30, "a consumer leader")
         assert ci["cluster"]["leader"] == NAMES[survivor], ci["cluster"]
+        assert ci["config"].get("description") == "consumer updated" and ci["config"]["max_ack_pending"] == 500, \
+            ci["config"]
         assert (ci["cluster"].get("lost") or {}).get("open_end"), ci["cluster"]
 
         # the wiped servers catch up every message
