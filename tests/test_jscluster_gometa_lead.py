@@ -74,10 +74,18 @@ def test_leader_adds_a_peer_that_answers_but_is_no_member_once():
     _, done = _ack(p, A, p.pindex)
     assert any(c.entry.type == gw.ENTRY_ADD_PEER for c in done)
     assert new in p.peers and p.cluster_size == 4 and p.quorum() == 3
-    # a removed peer is not added back
+    # a removed peer is not added back, until nats-server's peerRemoveTimeout (5 minutes) has passed
     p.membership_change(gw.Entry(gw.ENTRY_REMOVE_PEER, B.encode()))
     assert B not in p.peers and p.cluster_size == 3
     assert not _ack(p, B, 0)[0]
+    from rillet.jetstream.cluster.gometa import PEER_REMOVE_TIMEOUT
+    p.removed_at[B] -= PEER_REMOVE_TIMEOUT - 5
+    assert not _ack(p, B, 0)[0]
+    p.removed_at[B] -= 5
+    ae = gw.AppendEntry.decode(_ack(p, B, 0)[0][0].payload)
+    assert [(e.type, e.data) for e in ae.entries] == [(gw.ENTRY_ADD_PEER, B.encode())]
+    _, done = _ack(p, A, p.pindex)
+    assert B in p.peers and B not in p.removed_peers and B not in p.removed_at and p.cluster_size == 4
 
 
 def test_leader_without_a_quorum_for_the_window_has_lost_it():

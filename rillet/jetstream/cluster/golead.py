@@ -173,7 +173,7 @@ class GoRaftPeer(GoRaftFollower):
         self.last_seen[ar.peer] = time.monotonic()
         add: list[Out] = []
         if (self.add_unknown_peers and ar.peer not in self.peers and ar.peer not in self._adding
-                and ar.peer not in self.removed_peers and ar.peer != self.me):
+                and not self.removed_lately(ar.peer) and ar.peer != self.me):
             # (nats-server: a leader that hears from a peer outside the group proposes adding it)
             self._adding.add(ar.peer)
             add = self.propose([gw.Entry(gw.ENTRY_ADD_PEER, ar.peer.encode("latin-1"))])

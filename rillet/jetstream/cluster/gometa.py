@@ -57,6 +57,7 @@ CAMPAIGN_RETRY = 0.3  # seconds before a candidate of a new group stands again
 ELECTION_TIMEOUT = (4.0, 9.0)
 CAMPAIGN_TIMEOUT = (0.1, 0.8)
 LOST_QUORUM = 10.0
+PEER_REMOVE_TIMEOUT = 300.0  # seconds before a removed peer may be added back (nats-server's peerRemoveTimeout)
 SNAPSHOT_EVERY = 1024  # (standing) log entries beyond the last snapshot before the member compacts its log
 
 
@@ -110,6 +111,7 @@ class GoRaftFollower:
     snapshot_data: bytes = b""  # the last snapshot installed (base_index), to catch others up with
     snapshot_peer_state: bytes = b""
     removed_peers: set[str] = field(default_factory=set)  # peers whose removal we saw committed or appended
+    removed_at: dict[str, float] = field(default_factory=dict)  # (time.monotonic() of each removal: removed_lately)
     domain_ext: Optional[int] = gw.EXT_UNDETERMINED  # the extension state of the last peer state seen
     # a member of a group being created (nats-server's initializing node): its empty log votes as a full one,
     # so that a new group elects with a quorum rather than every member
@@ -289,10 +291,21 @@ class GoRaftFollower:
         if e.type == gw.ENTRY_ADD_PEER:
             self.peers.add(peer)
             self.removed_peers.discard(peer)
+            self.removed_at.pop(peer, None)
         else:
             self.peers.discard(peer)
-            self.removed_peers.add(peer)
+            self.mark_removed(peer)
         self.cluster_size = len(self.peers)
+
+    def mark_removed(self, peer: str) -> None:
+        self.removed_peers.add(peer)
+        self.removed_at[peer] = time.monotonic()
+
+    def removed_lately(self, peer: str) -> bool:
+        """Whether ``peer``'s removal is recent enough that a leader hearing from it does not add it back:
+        nats-server lets a removed peer rejoin once PEER_REMOVE_TIMEOUT has passed (raft.go trackPeer)."""
+        at = self.removed_at.get(peer)
+        return peer in self.removed_peers and (at is None or time.monotonic() - at < PEER_REMOVE_TIMEOUT)
 
     def _hand_off(self) -> list[Out]:
         """The leader stepped down in our favour, but this member does not lead: instead of leaving the group

@@ -460,7 +460,7 @@ class GroupMigration:
             if len(r.peers) <= 1:
                 break
             r.peers.discard(p)
-            r.removed_peers.add(p)
+            r.mark_removed(p)
         r.cluster_size = len(r.peers | {self.peer})
         self.log.warn(f"JetStream {self.KIND} {self.group!r}: evicted peers {evict} removed by the meta group, "
                       f"cluster size is now {r.cluster_size}")
@@ -477,7 +477,8 @@ class GroupMigration:
         others = r.peers - {self.peer}
         if others or r.cluster_size != 1:
             r.peers = {self.peer}
-            r.removed_peers |= others
+            for p in others:
+                r.mark_removed(p)
             r.cluster_size = 1
             self.log.notice(f"JetStream {self.KIND} {self.group!r}: the meta group left this server its only "
                             f"peer; dropped {sorted(others)} from the group, which it leads alone")
