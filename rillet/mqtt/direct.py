@@ -42,9 +42,10 @@ _APPLY = Stream.apply
 def _checks_pass(stream: Stream, subject: str, hdr: bytes, data: bytes, ans: Any) -> bool:
     """None of ``process``'s checks would refuse the message or send it another road (see the module)."""
     cfg = stream.cfg
-    if not ans.wait_write or stream._inflight or stream.store_failed or cfg.sealed or stream.jsa.limited or (hdr and b"Nats-" in hdr) \
-            or cfg.allow_msg_counter or cfg.allow_msg_schedules or cfg.republish is not None \
-            or _mt.CURRENT is not None:
+    # (``find``, not ``in``: bytes.__contains__ first tries its argument as an integer, and formats the error)
+    if not ans.wait_write or stream._inflight or stream.store_failed or cfg.sealed or stream.jsa.limited \
+            or (hdr and hdr.find(b"Nats-") >= 0) or cfg.allow_msg_counter or cfg.allow_msg_schedules \
+            or cfg.republish is not None or _mt.CURRENT is not None:
         return False
     log = stream.log
     if log.__class__ is not SingleNodeLog or getattr(log.apply, "__func__", None) is not _APPLY or \
