@@ -490,13 +490,18 @@ class RaftGroup(Leadership):
             return
         if self.on_foreign_peer is not None and frm not in self.node.voters:
             self.on_foreign_peer(frm)
+        n = self.node
         try:
-            self.node.step(m)
+            n.step(m)
         except RaftError as e:
             self.step_errors += 1
             self.log.error(f"RAFT group {self.name!r}: message from {frm} refused: {e}")
             return
-        self._schedule()
+        if (self._processing or n.has_ready() or self._proposers or n.lost_logs != self._lost_logs
+                or n.lost_events != self._lost_events or n.recoveries != self._recoveries):
+            self._schedule()
+        # (else the message changed nothing a pass would act on: nothing to persist, send, apply or report,
+        # e.g. the leader's second follower answering an entry already committed; no pass is run for it)
 
     def _bad(self, why: str) -> None:
         self.bad_messages += 1
@@ -622,17 +627,22 @@ class RaftGroup(Leadership):
                     name = self.name
                     early = len(committed) > EARLY_FLUSH_ENTRIES or (bool(committed) and n.role != LEADER)
                     held = self._held_commits
+                    hold = None  # (whether this Ready's commit-only appends are held: decided once for all)
                     for m in rd.messages:
                         if m.__class__ is M.AppendEntries:
                             if m.quiet:
-                                lazy = self.lazy_commits
-                                if lazy is not None:
-                                    now = self.loop.time()
-                                    if now - self._notice_at < COMMIT_NOTICE_EVERY and lazy():
-                                        self._hold_commit(m)  # (the next append will likely carry it)
-                                        held = self._held_commits
-                                        continue
-                                    self._notice_at = now
+                                if hold is None:
+                                    lazy = self.lazy_commits
+                                    hold = False
+                                    if lazy is not None:
+                                        now = self.loop.time()
+                                        hold = now - self._notice_at < COMMIT_NOTICE_EVERY and lazy()
+                                        if not hold:
+                                            self._notice_at = now
+                                if hold:
+                                    self._hold_commit(m)  # (the next append will likely carry it)
+                                    held = self._held_commits
+                                    continue
                                 if committed and not early:
                                     # a commit-only append: after the applies, so that their output (the
                                     # PubAcks) is written first; it still leaves in this pass
