@@ -27,7 +27,7 @@ quorum. A change of the group's peers (a server removed or replaced, a group sho
 out by the leader as nats-server 2.15's does (rillet.jetstream.cluster.gomigrate.GroupMigration).
 
 Not here: publishes with counters (``Nats-Incr``), schedules and atomic or fast batches are refused with an error
-that says so; account limits are not checked before proposing; no domain in PubAcks; leading a consumer group.
+that says so; account limits are not checked before proposing; leading a consumer group.
 (Direct gets are answered by every current replica, leader or not: rillet.jetstream.cluster.godirect.)
 """
 from __future__ import annotations
@@ -274,9 +274,12 @@ class StreamLeading(GroupMigration):
         return True
 
     def _pub_ack(self, seq: int, duplicate: bool = False) -> bytes:
-        # (nats-server's bytes; the domain is not known here)
-        return b'{"stream":%s,"seq":%d%s}' % (json.dumps(self.name).encode(), seq,
-                                               b',"duplicate": true' if duplicate else b"")
+        # (nats-server's bytes: its template names the JetStream domain of the server when one is set; its error
+        # answers do not)
+        domain = str(getattr(getattr(getattr(self.server, "opts", None), "jetstream", None), "domain", "") or "")
+        return b'{"stream":%s,%s"seq":%d%s}' % (
+            json.dumps(self.name).encode(), b'"domain":%s,' % json.dumps(domain).encode() if domain else b"", seq,
+            b',"duplicate": true' if duplicate else b"")
 
     def _pub_error(self, reply: bytes, e: ApiError) -> None:
         if reply:
