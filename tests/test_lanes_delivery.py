@@ -421,4 +421,4 @@ def test_the_compiled_account_deliver_runs_in_the_compiled_lane_and_shares_reply
         acc.deliver(ic, b"_INBOX.p.%d" % i, None, -1, b"x")  # (InternalClient.publish without its flush)
     assert c.out_msgs == 5 and bytes(c.out).endswith(b"MSG _INBOX.p.4 1 1\r\nx\r\n")
     r = acc.match("_INBOX.p.9")
-    assert r.plan is not None and acc.sublist.cache_count() == 1  # (one result and one plan for the five)
+    assert r.plan is not None and acc.sublist.cache_count() == 2  # (one result and one plan for the last four)

@@ -5,7 +5,7 @@ every change to the subscriptions."""
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import rillet.subjects.sublist as sublist_mod
@@ -19,16 +19,23 @@ def test_reply_subjects_share_the_first_result_and_stay_out_of_the_cache() -> No
     inbox = Sub("_INBOX.abc.*")
     sl.insert(inbox)
     sl.insert(Sub("other.>"))
+    r0 = sl.match("_INBOX.abc.0")
+    assert "_INBOX.abc.0" in sl._cache and sl._tails == {"_INBOX.abc": False}  # (the first: cached, prefix seen)
     r1 = sl.match("_INBOX.abc.1")
-    assert "_INBOX.abc.1" in sl._cache  # (the first is cached as before)
+    assert "_INBOX.abc.1" in sl._cache and r1 is not r0  # (the second: cached, its result kept for the prefix)
     r2 = sl.match("_INBOX.abc.2")
     r3 = sl.match("_INBOX.abc.3")
     assert r2 is r1 and r3 is r1 and r1.psubs == [inbox]
-    assert sl.cache_count() == 1 and list(sl._tails) == ["_INBOX.abc"]
+    assert sl.cache_count() == 2 and list(sl._tails) == ["_INBOX.abc"]
     st_ = sl.stats()
-    assert st_["num_matches"] == 3 and st_["cache_hit_rate"] == 0.0  # (each one a miss, as nats-server counts)
+    assert st_["num_matches"] == 4 and st_["cache_hit_rate"] == 0.0  # (each one a miss, as nats-server counts)
     assert sl.match("_INBOX.abc.") is sublist_mod._EMPTY  # (an empty last token matches nothing)
     assert sl.match("_INBOX.abd.1").psubs == [] and sl.match("_INBOX.abd.2").psubs == []
+    # JetStream ack subjects are not kept by prefix (unique per message: Sublist._ack_result)
+    sl.insert(Sub("$JS.ACK.S.C.*.*.*.*.*"))
+    sl.match("$JS.ACK.S.C.1.2.3.4.5")
+    sl.match("$JS.ACK.S.C.1.2.3.4.6")
+    assert not sl._tails
 
 
 def test_a_literal_last_token_has_its_own_result() -> None:
@@ -36,6 +43,7 @@ def test_a_literal_last_token_has_its_own_result() -> None:
     wc, lit, deep, two = Sub("_INBOX.x.*"), Sub("_INBOX.x.7"), Sub("_INBOX.*.*", "q"), Sub("_INBOX.>")
     for s in (wc, lit, deep, two):
         sl.insert(s)
+    sl.match("_INBOX.x.0")
     r1 = sl.match("_INBOX.x.1")
     assert ids(r1.psubs) == ids([wc, two]) and [list(g) for g in r1.qsubs] == [[deep]]
     r7 = sl.match("_INBOX.x.7")
@@ -45,9 +53,11 @@ def test_a_literal_last_token_has_its_own_result() -> None:
     sl2 = Sublist()
     for s in (wc, lit):
         sl2.insert(s)
+    sl2.match("_INBOX.x.0")
     assert ids(sl2.match("_INBOX.x.7").psubs) == ids([wc, lit])
-    assert "_INBOX.x" not in sl2._tails
-    r = sl2.match("_INBOX.x.9")
+    assert sl2._tails["_INBOX.x"] is False
+    sl2.match("_INBOX.x.9")
+    r = sl2.match("_INBOX.x.8")
     assert r.psubs == [wc] and sl2.match("_INBOX.x.10") is r
 
 
@@ -58,6 +68,7 @@ def test_a_literal_node_without_subscriptions_below_the_last_level_counts() -> N
     wc, deep = Sub("_INBOX.x.*"), Sub("_INBOX.x.7.deep")
     sl.insert(wc)
     sl.insert(deep)
+    sl.match("_INBOX.x.0")
     r1 = sl.match("_INBOX.x.1")
     r7 = sl.match("_INBOX.x.7")
     assert r7.psubs == [wc] and r7 is not r1 and sl.match("_INBOX.x.2") is r1
@@ -67,6 +78,7 @@ def test_every_change_to_the_subscriptions_empties_it() -> None:
     sl = Sublist()
     wc = Sub("_INBOX.x.*")
     sl.insert(wc)
+    sl.match("_INBOX.x.0")
     r1 = sl.match("_INBOX.x.1")
     r1.plan = "a plan"
     sl.forget_plans()
@@ -75,9 +87,11 @@ def test_every_change_to_the_subscriptions_empties_it() -> None:
     sl.insert(lit)
     assert not sl._tails
     assert ids(sl.match("_INBOX.x.5").psubs) == ids([wc, lit])
+    sl.match("_INBOX.x.1")
     r2 = sl.match("_INBOX.x.2")
     assert r2 is not r1 and r2.psubs == [wc] and sl.match("_INBOX.x.3") is r2
     assert sl.remove(lit) and not sl._tails
+    sl.match("_INBOX.x.11")  # (a subject not in the cache: a miss, the prefix seen)
     r3 = sl.match("_INBOX.x.4")
     assert sl.match("_INBOX.x.6") is r3
     assert sl.remove_batch([wc]) == 1 and not sl._tails
@@ -106,16 +120,18 @@ PATTERN = st.sampled_from(["a.*", "a.7", "a.x.*", "a.x.7", "a.>", "*.*", "*.7", 
                            "a.x", "a.*.*", "x.y"])
 TOKENS = ["7", "x", "y", "1", "*"]
 SUBJECT = st.tuples(st.sampled_from(["a", "a.x", "x", "a.7"]), st.sampled_from(TOKENS)).map(".".join)
-OPS = st.lists(st.one_of(
+_PUB = st.tuples(st.just("pub"), SUBJECT)
+OPS = st.lists(st.one_of(  # (mostly messages: a prefix is kept from its second subject on)
     st.tuples(st.just("sub"), PATTERN, st.sampled_from([None, "q"])),
     st.tuples(st.just("unsub"), st.integers(0, 20)),
-    st.tuples(st.just("pub"), SUBJECT),
+    _PUB, _PUB, _PUB,
     st.tuples(st.just("clear"),),
 ), max_size=50)
 
 
 @settings(max_examples=400, deadline=None)
 @given(OPS)
+@example([("sub", "a.7", None), ("sub", "a.*", None), ("pub", "a.x"), ("pub", "a.7"), ("pub", "a.y")])
 def test_results_are_a_fresh_walks_in_order(ops: list[tuple]) -> None:
     """Every match (through the cache, the kept prefixes, or a walk) gives the subscriptions a sublist without
     a cache, holding the same subscriptions inserted in the same order, gives, in the same order; and every kept
@@ -142,7 +158,10 @@ def test_results_are_a_fresh_walks_in_order(ops: list[tuple]) -> None:
         elif op[0] == "pub":
             r = sl.match(op[1])
             assert ([id(s) for s in r.psubs], [[id(s) for s in g] for g in r.qsubs]) == fresh(op[1]), op[1]
-        for prefix, (r, levels) in sl._tails.items():
+        for prefix, tail in sl._tails.items():
+            if tail is False:
+                continue
+            r, levels = tail
             for t in TOKENS:
                 if not any(t in level.nodes for level in levels):
                     want = fresh(prefix + "." + t)

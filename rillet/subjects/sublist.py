@@ -29,10 +29,11 @@ Cache rules (mirroring the Go server):
 Behind the cache, for subjects that differ only in their last token (a
 reply subject ``_INBOX.<id>.<n>``, new at each request and matched by the
 requester's ``_INBOX.<id>.*``), ``_tails`` keeps, per prefix (the subject up
-to its last dot), the result of the first such subject and the trie levels
-its walk reached at the last token: a later subject with that prefix whose
-last token names no literal node in those levels has that very result (the
-last token only ever picks a literal node there), so its miss is a dict
+to its last dot), the result of one such subject and the trie levels
+its walk reached at the last token (kept from a prefix's second subject on:
+the first only marks the prefix as seen): a later subject with that prefix
+whose last token names no literal node in those levels has that very result
+(the last token only ever picks a literal node there), so its miss is a dict
 lookup and one membership test per level, with no walk, no new result (so
 the delivery plan made for it is used again) and nothing put in the cache.
 Emptied by every change to the subscriptions, as ``_acks``.
@@ -346,9 +347,10 @@ class Sublist:
         # any of the varying tokens (``_ack_result``); emptied by every change to the subscriptions
         self._acks: dict[tuple[str, str, int], SublistResult] = {}
         # subject prefix (up to the last dot) -> (the result of every subject ``prefix.<t>`` whose ``t`` names
-        # no literal node in these levels, the levels the walk reached at the last token); see the module's
-        # text. Emptied by every change to the subscriptions; never filled with the cache disabled
-        self._tails: dict[str, tuple[SublistResult, tuple[_Level, ...]]] = {}
+        # no literal node in these levels, the levels the walk reached at the last token), or False for a prefix
+        # seen once; see the module's text. Emptied by every change to the subscriptions; never filled with the
+        # cache disabled
+        self._tails: dict[str, tuple[SublistResult, tuple[_Level, ...]] | bool] = {}
 
     # ------------------------------------------------------------------ match
 
@@ -369,12 +371,15 @@ class Sublist:
 
     def _match_miss(self, subject: str) -> SublistResult:
         self._misses += 1
-        k = subject.rfind(TSEP)
-        if k > 0:
-            tail = self._tails.get(subject[:k])
-            if tail is not None:
-                t = subject[k + 1:]
-                if t:
+        ack = subject.startswith("$JS.ACK.")  # (unique per message, shared their own way: _ack_result)
+        tail = None
+        if ack:
+            prefix = t = ""
+        else:
+            prefix, _, t = subject.rpartition(TSEP)
+            if prefix:
+                tail = self._tails.get(prefix)
+                if tail and t:
                     for level in tail[1]:
                         if t in level.nodes:
                             break
@@ -383,16 +388,23 @@ class Sublist:
         toks = subject.split(TSEP)
         if "" in toks:
             return _EMPTY
-        if subject.startswith("$JS.ACK.") and len(toks) > 6:
+        if ack and len(toks) > 6:
             return self._ack_result(toks)
         if not self._caching:
             return _collect(self._root, toks)
-        if k > 0:
+        if tail is False:  # (the prefix's second subject: kept from now on if it can be)
             levels: list[_Level] = []
             result = _collect(self._root, toks, levels)
-            self._keep_tail(subject[:k], toks[-1], result, levels)
+            self._keep_tail(prefix, t, result, levels)
         else:
             result = _collect(self._root, toks)
+            if prefix and tail is None:
+                # a prefix seen once: its first subject costs a walk as any other (one whose prefix never comes
+                # again costs only this mark more)
+                tails = self._tails
+                if len(tails) >= TAILS_MAX:
+                    tails.clear()
+                tails[prefix] = False
         cache = self._cache
         cache[subject] = result
         if len(cache) > CACHE_MAX:
@@ -400,15 +412,13 @@ class Sublist:
         return result
 
     def _keep_tail(self, prefix: str, t: str, result: SublistResult, levels: list[_Level]) -> None:
-        """Keep ``result`` for the subjects ``prefix.<any token>`` when the walk that made it (for the last
-        token ``t``) took no literal node at the last token: it reached ``levels`` there."""
+        """At the second subject of a prefix: keep ``result`` for the subjects ``prefix.<any token>`` when the walk
+        that made it (for the last token ``t``) took no literal node at the last token: it reached ``levels``
+        there. Else the prefix stays as seen (False)."""
         for level in levels:
             if t in level.nodes:
                 return
-        tails = self._tails
-        if len(tails) >= TAILS_MAX:
-            tails.clear()
-        tails[prefix] = (result, tuple(levels))
+        self._tails[prefix] = (result, tuple(levels))
 
     def _ack_result(self, toks: list[str]) -> SublistResult:
         """The result of a JetStream ack subject (a miss: each is unique), not put in the cache. Its tokens
@@ -702,8 +712,9 @@ class Sublist:
             r.plan = None
         for r in self._acks.values():
             r.plan = None
-        for r, _ in self._tails.values():
-            r.plan = None
+        for tail in self._tails.values():
+            if tail:
+                tail[0].plan = None
 
     def clear_cache(self) -> None:
         """Drop every cached result (e.g. after changing sub weights)."""
