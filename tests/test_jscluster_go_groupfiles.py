@@ -29,6 +29,17 @@ def _groups(store_dir) -> list[str]:
     return sorted(os.listdir(root)) if os.path.isdir(root) else []
 
 
+def test_replica_files_of_streams_not_placed_here_are_pruned(tmp_path):
+    from rillet.jetstream.cluster.gostreamfiles import prune_streams
+    for acc, name in (("A", "S"), ("A", "T"), ("B", "S")):
+        os.makedirs(tmp_path / "go_streams" / acc / name / "msgs")
+    log = _Log()
+    assert prune_streams(str(tmp_path), {("A", "S")}, log) == 2
+    assert os.listdir(tmp_path / "go_streams") == ["A"] and os.listdir(tmp_path / "go_streams" / "A") == ["S"]
+    assert sum(1 for k, t in log.lines if k == "notice" and "replica files removed" in t) == 2
+    assert prune_streams(str(tmp_path / "none"), set(), log) == 0
+
+
 def test_forget_and_prune_remove_group_directories_never_the_meta_groups(tmp_path):
     for g in ("_meta_", "S-R3F-aaaa", "C-R3F-bbbb", "S-R3F-cccc"):
         TermVote(str(tmp_path / "go_meta" / g)).save(3, "")
@@ -52,7 +63,7 @@ async def test_group_directories_go_with_the_groups(tmp_path):
     """2 Go + 1 Rillet (a follower: ``rillet_go_meta`` only), R3 streams GA, GB and GC and a durable R3 consumer
     of GA: each group's term and vote directory is on r1 once it voted. The consumer deleted: its directory
     goes; GA deleted: its directory goes. r1 stopped, GB deleted while it is down: once r1 is current again
-    GB's directory goes, GC's and the meta group's stay."""
+    GB's directory goes, and its replica files (go_streams), GC's and the meta group's stay."""
     import nats
     from helpers import free_port, serve_config
     from test_jscluster_golead_stream import _create
@@ -89,13 +100,16 @@ async def test_group_directories_go_with_the_groups(tmp_path):
             assert group[("A", "GB")] in _groups(store) and group[("A", "GC")] in _groups(store)
             logs.append(srv._test_log.getvalue())
         await js.delete_stream("GB")  # (r1 is down)
-        assert group[("A", "GB")] in _groups(store)
+        assert group[("A", "GB")] in _groups(store) and (store / "go_streams" / "A" / "GB").is_dir()
         async with serve_config(conf) as srv:
             m = await _member(srv)
             await _until(lambda: group[("A", "GB")] not in _groups(store), 60,
                          what="GB's directory removed once r1 is current")
             assert ("A", "GC") in m.replicas and m.replicas[("A", "GC")].group == group[("A", "GC")]
             assert _groups(store) == sorted([group[("A", "GC")], "_meta_"])
+            # GB's replica files too (gostreamfiles.prune_streams), GC's kept
+            await _until(lambda: not (store / "go_streams" / "A" / "GB").exists(), 30, what="GB's files removed")
+            assert sorted(os.listdir(store / "go_streams" / "A")) == ["GC"]
             logs.append(srv._test_log.getvalue())
     finally:
         for c in conns.values():

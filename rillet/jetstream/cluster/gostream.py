@@ -69,8 +69,8 @@ from rillet.jetstream.cluster.goconsumerstate import ConsumerReplicaState, decod
 from rillet.jetstream.cluster.goconsumerstore import KeptConsumerState, prune_orphans
 from rillet.jetstream.cluster.gogroupfiles import forget_group, prune_groups
 from rillet.jetstream.cluster.gostreamapplied import load_applied, save_applied, start_at_applied
-from rillet.jetstream.cluster.gostreamfiles import (_safe, _write_group, files_of, replica_created,  # noqa: F401
-                                                    replica_group, stale_files)
+from rillet.jetstream.cluster.gostreamfiles import (_safe, _write_group, files_of, prune_streams,  # noqa: F401
+                                                    replica_created, replica_group, stale_files)
 from rillet.jetstream.cluster.godirect import ReplicaDirectGets
 from rillet.jetstream.cluster.gostreamlead import StreamLeading, store_state_doc
 from rillet.jetstream import headers as H
@@ -821,9 +821,13 @@ def host_streams(member: GoMetaMember, store_dir: Optional[str] = None,
                     want[key + (cname,)] = ("consumer", ca)
         carried: dict[tuple, ConsumerReplicaState] = handed
         if current and store_dir and not pruned:
-            pruned.append(True)
-            prune_orphans(store_dir, {k for k, (kind, _a) in want.items() if kind == "consumer"}, member.log)
-            prune_groups(store_dir, {str(a["group"]["name"]) for _k, a in want.values()}, member.log)
+            pruned.append(True)  # (not the files of replicas running: those that go remove their own on stop)
+            prune_orphans(store_dir, {k for k, (kind, _a) in want.items() if kind == "consumer"}
+                          | {k for k in replicas if len(k) == 3}, member.log)
+            prune_groups(store_dir, {str(a["group"]["name"]) for _k, a in want.values()}
+                         | {r.group for r in replicas.values()}, member.log)
+            prune_streams(store_dir, {k for k, (kind, _a) in want.items() if kind == "stream"}
+                          | {k for k in replicas if len(k) == 2}, member.log)
         for key in list(replicas):
             r = replicas[key]
             if key not in want or want[key][1]["group"]["name"] != r.group:

@@ -2,14 +2,16 @@
 (rillet.jetstream.cluster.gostream), and whose they are: the group's name and the stream's creation time written
 beside them (``_write_group``), so that a restarted server opens them only for that stream (``files_of``: its group,
 or its creation time, which a renamed group keeps) and removes those another stream of the same name left
-(``stale_files``). Moved out of gostream.py unchanged.
+(``stale_files``), and those of streams no longer placed here once the meta state is current after a start
+(``prune_streams``). Moved out of gostream.py, but for ``prune_streams``.
 """
 from __future__ import annotations
 
 import os
-from typing import Optional
+import shutil
+from typing import Any, Optional
 
-__all__ = ["files_of", "replica_created", "replica_group", "stale_files"]
+__all__ = ["files_of", "prune_streams", "replica_created", "replica_group", "stale_files"]
 
 
 def _safe(name: str) -> str:
@@ -85,3 +87,25 @@ def stale_files(store_dir: str, account: str, sa: dict) -> Optional[str]:
     if group is None or files_of(store_dir, account, name, sa):
         return None
     return f"group {group}, created {replica_created(store_dir, account, name) or 'unknown'}"
+
+
+def prune_streams(store_dir: str, assigned: set, log: Any) -> int:
+    """Remove the replica files under ``store_dir/go_streams`` of streams not in ``assigned`` ((account, stream)
+    placed on this server by the current meta state: removed, or moved away, while this server was down), as
+    nats-server's checkForOrphans removes the streams it recovered that have no assignment. Returns how many
+    went."""
+    root = os.path.join(store_dir, "go_streams")
+    removed = 0
+    for acc in sorted(os.listdir(root)) if os.path.isdir(root) else ():
+        adir = os.path.join(root, acc)
+        if not os.path.isdir(adir):
+            continue
+        for name in sorted(os.listdir(adir)):
+            if (acc, name) not in assigned and os.path.isdir(os.path.join(adir, name)):
+                shutil.rmtree(os.path.join(adir, name))
+                removed += 1
+                log.notice(f"JetStream stream '{acc} > {name}': its replica files removed (not placed on this "
+                           "server)")
+        if not os.listdir(adir):
+            os.rmdir(adir)
+    return removed
