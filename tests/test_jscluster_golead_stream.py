@@ -382,7 +382,14 @@ async def test_two_go_one_rillet_stream_led_by_rillet_acks_dedups_and_loses_noth
         await _create(g0, name="DN", subjects=["dn.>"], num_replicas=3, max_msgs=2, discard="new")
         # the discard-new refusal from the Go leader first, to compare
         for i in range(2):
-            assert (await jss["g0"].publish("dn.x", b"d")).seq == i + 1
+            ack = None
+            for _ in range(20):  # (the Go leader's subscription may not have reached g0 yet: no responders)
+                try:
+                    ack = await jss["g0"].publish("dn.x", b"d")
+                    break
+                except nats.js.errors.NoStreamResponseError:
+                    await asyncio.sleep(0.25)
+            assert ack is not None and ack.seq == i + 1, ack
         with pytest.raises(nats.js.errors.APIError) as ei:
             await jss["g0"].publish("dn.x", b"d")
         go_refusal = (ei.value.code, ei.value.err_code, ei.value.description)
@@ -400,7 +407,9 @@ async def test_two_go_one_rillet_stream_led_by_rillet_acks_dedups_and_loses_noth
                 continue
             raise AssertionError("the discard-new publish was stored")
         else:
-            raise AssertionError(f"no answer from the Rillet leader (leader before, after each): {timeouts}")
+            log = "\n".join(proc.lines[-150:])  # (seen once in a CI rehearsal; cause not found: its log, next time)
+            raise AssertionError(f"no answer from the Rillet leader (leader before, after each): {timeouts}\n"
+                                 f"r1's log:\n{log}")
 
         # max_age and per-message TTLs: the Rillet leader's store expires its messages as the Go replicas do theirs
         await _create(g0, name="AGE", subjects=["age.>"], num_replicas=3, max_age=4.0, allow_msg_ttl=True)
