@@ -416,7 +416,12 @@ async def amain(args: argparse.Namespace) -> int:
             netns = None
     tmp = tempfile.mkdtemp(prefix="rillet-cluster-faults-")
     hosts = netns.ips if netns else ["127.0.0.1"] * 3
-    ports = [(free_port(), free_port(), free_port()) for _ in range(3)]
+    flat: list[int] = []
+    while len(flat) < 9:  # (distinct: free_port alone can give one twice)
+        p = free_port()
+        if p not in flat:
+            flat.append(p)
+    ports = [(flat[3 * i], flat[3 * i + 1], flat[3 * i + 2]) for i in range(3)]
     nodes = [Node(i, hosts[i], ports, hosts, netns.ns[i] if netns else "", tmp) for i in range(3)]
     w = Workload(nodes, netns, args.rate, rng)
     plan = make_plan(args, w.kinds(), rng)

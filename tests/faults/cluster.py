@@ -45,6 +45,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(k: int) -> list[int]:
+    """``k`` distinct free ports (free_port alone can give one twice: a run's server had its monitoring and
+    cluster ports the same, and died with "address already in use")."""
+    out: list[int] = []
+    while len(out) < k:
+        p = free_port()
+        if p not in out:
+            out.append(p)
+    return out
+
+
 def log(msg: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
 
@@ -302,7 +313,8 @@ class Cluster:
         self.kinds = parse_kinds(kind, n)
         self.mixed = len(set(self.kinds)) > 1
         hosts = lab.ips if lab else ["127.0.0.1"] * n
-        ports = [(free_port(), free_port(), free_port()) for _ in range(n)]
+        flat = free_ports(3 * n)
+        ports = [(flat[3 * i], flat[3 * i + 1], flat[3 * i + 2]) for i in range(n)]
         self.nodes = [Node(i, self.kinds[i], hosts, ports, lab.ns[i] if lab else "", tmp, sync, pythonpath,
                            mixed=self.mixed, go_debug=go_debug)
                       for i in range(n)]
