@@ -24,9 +24,9 @@ import time
 
 import nats
 
-from helpers import ServerProcess, free_port
-from tests.test_jscluster_wiped_replica import _conf, _get, _stream_msgs
-from tests.test_jscluster_wiped_resume import _api, _until
+from helpers import ServerProcess
+from tests.test_jscluster_wiped_replica import _get, _stream_msgs
+from tests.test_jscluster_wiped_resume import _api, _until, create_w, start_three
 
 NAMES = ["s0", "s1", "s2"]
 
@@ -37,12 +37,7 @@ def _meta_leader(http: int) -> str:
 
 
 async def _run(tmp: str) -> None:
-    ports = [free_port() for _ in NAMES]
-    https = [free_port() for _ in NAMES]
-    rports = [free_port() for _ in NAMES]
-    confs = [_conf(tmp, n, ports[i], https[i], rports[i], rports) for i, n in enumerate(NAMES)]
-    procs: list[ServerProcess] = [ServerProcess("-c", c) for c in confs]
-    urls = [f"nats://a:a@127.0.0.1:{p}" for p in ports]
+    confs, procs, urls, ports, https = start_three(tmp)
     ncs: list = []
     try:
         for pr in procs:
@@ -50,12 +45,7 @@ async def _run(tmp: str) -> None:
         nc = await nats.connect(servers=urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
         ncs.append(nc)
         js = nc.jetstream(timeout=5)
-
-        async def created():
-            r = await _api(nc, "$JS.API.STREAM.CREATE.W", {"name": "W", "subjects": ["w.>"], "num_replicas": 3,
-                                                           "storage": "file"}, timeout=5)
-            return r if r is not None and "error" not in r else None
-        await _until(created, 30, "the stream created")
+        await create_w(nc)
         for k in range(50):
             await js.publish(f"w.{k % 5}", b"m%d" % k)
         await _until(lambda: asyncio.sleep(0, all(_stream_msgs(h) == 50 for h in https)), 30, "50 everywhere")

@@ -67,13 +67,27 @@ async def _until(cond, timeout: float, what: str, every: float = 0.2, why=None):
         await asyncio.sleep(every)
 
 
-async def _run(tmp: str) -> None:
+def start_three(tmp: str) -> tuple[list[str], list[ServerProcess], list[str], list[int], list[int]]:
+    """The three servers' configs written and the servers started: (confs, procs, urls, client ports, http ports)."""
     ports = [free_port() for _ in NAMES]
     https = [free_port() for _ in NAMES]
     rports = [free_port() for _ in NAMES]
     confs = [_conf(tmp, n, ports[i], https[i], rports[i], rports) for i, n in enumerate(NAMES)]
-    procs: list[ServerProcess] = [ServerProcess("-c", c) for c in confs]
-    urls = [f"nats://a:a@127.0.0.1:{p}" for p in ports]
+    procs = [ServerProcess("-c", c) for c in confs]
+    return confs, procs, [f"nats://a:a@127.0.0.1:{p}" for p in ports], ports, https
+
+
+async def create_w(nc) -> None:
+    """The R3 file stream W created (retried while the cluster forms)."""
+    async def created():
+        r = await _api(nc, "$JS.API.STREAM.CREATE.W", {"name": "W", "subjects": ["w.>"], "num_replicas": 3,
+                                                       "storage": "file"}, timeout=5)
+        return r if r is not None and "error" not in r else None
+    await _until(created, 30, "the stream created")
+
+
+async def _run(tmp: str) -> None:
+    confs, procs, urls, ports, https = start_three(tmp)
     ncs: list = []
     try:
         for pr in procs:
@@ -81,12 +95,7 @@ async def _run(tmp: str) -> None:
         nc = await nats.connect(servers=urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
         ncs.append(nc)
         js = nc.jetstream(timeout=5)
-
-        async def created():
-            r = await _api(nc, "$JS.API.STREAM.CREATE.W", {"name": "W", "subjects": ["w.>"], "num_replicas": 3,
-                                                           "storage": "file"}, timeout=5)
-            return r if r is not None and "error" not in r else None
-        await _until(created, 30, "the stream created")
+        await create_w(nc)
         r = await _api(nc, "$JS.API.CONSUMER.DURABLE.CREATE.W.D",
                        {"stream_name": "W", "config": {"durable_name": "D", "ack_policy": "explicit",
                                                        "num_replicas": 3}}, timeout=5)

@@ -304,8 +304,7 @@ class JetStreamCluster(MetaReconcile):
                 # the servers it knows, whatever the others that are down; the leader sends it the log or a
                 # snapshot, and with them the real voter set)
                 self.log.notice(f"JetStream cluster: a meta group with leader {ml!r} is running, joining it")
-                await self._start_group(sorted({self.peer, *(peer_id(name) for name in self.rillet_js.values())}),
-                                        running=True)
+                await self._start_group(self._known_peers(), running=True)
                 return
             if self._meta_group_seen():
                 if leaderless_since is None:
@@ -327,8 +326,7 @@ class JetStreamCluster(MetaReconcile):
                                        "vote until caught up from its leader (if the servers that kept a meta state "
                                        "are fewer than a quorum, it elects none: $JS.API.META.RESCUE on one of them "
                                        "accepts the loss)")
-                        await self._start_group(sorted({self.peer, *(peer_id(nm) for nm in self.rillet_js.values())}),
-                                                running=True)
+                        await self._start_group(self._known_peers(), running=True)
                     else:
                         await self._start_group([], join=True)
                     return
@@ -337,7 +335,7 @@ class JetStreamCluster(MetaReconcile):
             await asyncio.sleep(0.05)
         if not self.running or self.isolated:
             return
-        peers = sorted({self.peer, *(peer_id(name) for name in self.rillet_js.values())})
+        peers = self._known_peers()
         # (a meta leader already running: this server joins an existing group, with no state: wipedmember)
         await self._start_group(peers, running=bool(self._running_meta_leader()))
 
@@ -351,6 +349,10 @@ class JetStreamCluster(MetaReconcile):
                     and ni.meta_leader in mine):
                 return ni.meta_leader
         return ""
+
+    def _known_peers(self) -> list[str]:
+        """The peer ids of this server and of every Rillet JetStream server it knows, sorted."""
+        return sorted({self.peer, *(peer_id(name) for name in self.rillet_js.values())})
 
     def _peers_meta_state(self) -> tuple[list[str], list[str]]:
         """(the online Rillet JetStream servers of ours whose statsz has not said whether their meta group holds
